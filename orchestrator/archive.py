@@ -1,0 +1,115 @@
+"""Tar archives in and out of sandboxes, built in memory and read as streams.
+
+Uploads are small (inputs, tests, a solution) and are built in memory with root ownership.
+Downloads can be huge (an agent may print hundreds of megabytes into /logs), so they are read
+as a stream, member by member, and each file is cut at a cap: the host's memory stays flat.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path, PurePosixPath
+
+DEFAULT_FILE_CAP = 32 * 1024 * 1024
+TRUNCATION_NOTE = b"\n[trialbox: output truncated at %d bytes]\n"
+
+
+def _info(name: str, *, size: int = 0, mode: int = 0o644, kind: bytes = tarfile.REGTYPE):
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.type = size, mode, kind
+    info.uid = info.gid = 0
+    info.mtime = 0
+    return info
+
+
+def tar_of_files(
+    files: Mapping[str, bytes], *, dirs: Iterable[str] = (), dir_mode: int = 0o755
+) -> bytes:
+    """A tar of in-memory files (paths relative to the extraction point) and empty dirs."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name in dirs:
+            archive.addfile(_info(name, mode=dir_mode, kind=tarfile.DIRTYPE))
+        for name, data in files.items():
+            archive.addfile(_info(name, size=len(data)), io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def tar_of_dir(source: Path, arcname: str) -> bytes:
+    """A tar of a host folder under `arcname`, owned by root, modes kept."""
+
+    def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.add(source, arcname=arcname, filter=as_root)
+    return buffer.getvalue()
+
+
+class _ChunkReader(io.RawIOBase):
+    """A read-only file over an iterator of byte chunks (the SDK's archive stream)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        while not self._pending:
+            try:
+                self._pending = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+
+def _safe_target(dest: Path, name: str) -> Path | None:
+    parts = PurePosixPath(name).parts
+    if not parts or parts[0] == "/" or ".." in parts:
+        return None
+    return dest.joinpath(*parts)
+
+
+def extract_stream(chunks: Iterable[bytes], dest: Path, *, file_cap: int = DEFAULT_FILE_CAP) -> int:
+    """Extract regular files and dirs from a tar stream into `dest`, each file cut at `file_cap`.
+
+    Links and special files are skipped (a sandbox must not plant a symlink on the host).
+    Returns the number of files that were truncated.
+    """
+    truncated = 0
+    reader = io.BufferedReader(_ChunkReader(iter(chunks)), buffer_size=1 << 20)
+    with tarfile.open(fileobj=reader, mode="r|") as archive:
+        for member in archive:
+            target = _safe_target(dest, member.name)
+            if target is None:
+                continue
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if not member.isfile():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = archive.extractfile(member)
+            assert source is not None
+            remaining = min(member.size, file_cap)
+            with target.open("wb") as out:
+                while remaining > 0:
+                    block = source.read(min(remaining, 1 << 20))
+                    if not block:
+                        break
+                    out.write(block)
+                    remaining -= len(block)
+                if member.size > file_cap:
+                    out.write(TRUNCATION_NOTE % file_cap)
+                    truncated += 1
+    return truncated

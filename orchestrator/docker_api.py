@@ -1,0 +1,87 @@
+"""The one boundary to the Docker engine: a shared client, a thread pool, retries, translation.
+
+The SDK blocks, so every call runs in a dedicated pool (asyncio's default pool has only
+cpu+4 threads, which a handful of streaming execs would exhaust). Transient failures are
+retried a bounded number of times; a 404 or 409 means something and is passed on at once.
+Engine errors leave this module as `SandboxError`s, so callers never parse messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+from tenacity import (
+    retry,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from orchestrator.errors import SandboxError, SandboxNotFoundError
+
+T = TypeVar("T")
+_TRANSPORT_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
+
+POOL_SIZE = 64
+_executor = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="trialbox-docker")
+
+
+@functools.cache
+def docker_client() -> docker.DockerClient:
+    """One client per process, with a connection pool as large as the thread pool."""
+    try:
+        return docker.from_env(max_pool_size=POOL_SIZE, timeout=300)
+    except docker.errors.DockerException as exc:
+        raise SandboxError(
+            f"the Docker engine does not answer ({exc}); start it, e.g. scripts/ensure-docker.sh"
+        ) from exc
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, _TRANSPORT_ERRORS):
+        return True
+    if isinstance(exc, docker.errors.APIError) and exc.status_code is not None:
+        return exc.status_code >= 500 and "no such" not in str(exc).lower()
+    return False
+
+
+_retrying = retry(
+    retry=retry_if_exception(_is_transient),
+    stop=stop_after_attempt(3),
+    wait=wait_exponential(multiplier=0.2, max=2.0),
+    reraise=True,
+)
+
+
+def translate(exc: BaseException, what: str) -> SandboxError:
+    """Map an SDK or transport error onto our tree, keeping the engine's words."""
+    if isinstance(exc, SandboxError):
+        return exc
+    if isinstance(exc, docker.errors.NotFound):
+        return SandboxNotFoundError(f"{what}: not found ({exc.explanation or exc})")
+    if isinstance(exc, docker.errors.APIError):
+        return SandboxError(f"{what}: engine error {exc.status_code}: {exc.explanation or exc}")
+    if isinstance(exc, requests.exceptions.RequestException):
+        return SandboxError(f"{what}: the Docker engine did not answer ({exc})")
+    return SandboxError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+async def in_thread(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """Run a blocking call in the Docker pool, without retry or translation."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor, functools.partial(fn, *args, **kwargs))
+
+
+async def call(what: str, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """Run a blocking engine call off the loop, retrying transient errors, translating all."""
+    try:
+        return await in_thread(_retrying(fn), *args, **kwargs)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise translate(exc, what) from exc

@@ -1,0 +1,62 @@
+"""One exception tree for trialbox.
+
+Every error carries the category a trainer acts on (see DESIGN.md, "What a result says"):
+`infra` samples are discarded, the others say something about the agent, the verifier or the
+task. Engine errors are translated into these at one boundary (`docker_api.py`), so callers
+never parse message text.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+ErrorCategory = Literal["infra", "agent", "verifier", "validation"]
+
+
+class TrialboxError(Exception):
+    """Root of every error trialbox raises on purpose."""
+
+    category: ClassVar[ErrorCategory] = "infra"
+
+
+class TaskError(TrialboxError, ValueError):
+    """A task folder is broken: the message names the file and the field."""
+
+    category: ClassVar[ErrorCategory] = "validation"
+
+
+class ImageBuildError(TrialboxError):
+    """An image could not be built; carries the tail of the build log."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        super().__init__(f"{message}\n--- last lines of the build log ---\n{log_tail}".rstrip())
+
+
+class SandboxError(TrialboxError):
+    """The engine failed to create, drive or remove a sandbox."""
+
+
+class SandboxNotFoundError(SandboxError):
+    """The sandbox is gone (the engine answered 404)."""
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """A sandbox operation overran the host-side backstop."""
+
+
+class RewardFileError(TrialboxError):
+    """The verifier left no usable reward: names the file and the reason."""
+
+    category: ClassVar[ErrorCategory] = "validation"
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class AgentSpecError(TrialboxError, ValueError):
+    """An --agent value could not be understood."""
+
+    category: ClassVar[ErrorCategory] = "validation"
