@@ -1,0 +1,110 @@
+"""The Dockerfile patch that bakes trialbox's venv into a task image, and base-image mapping.
+
+Pure text in, text out: the same Dockerfile, tools image and mapping always give the same
+bytes, so identical tasks hash to one tag and share one build.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+VENV_DIR = "/opt/trialbox/venv"
+UV_PATH = "/opt/trialbox/uv"
+RUNTIME_PYTHON = f"{VENV_DIR}/bin/python"
+MIN_PYTHON = (3, 9)
+
+_FROM = re.compile(
+    r"^(?P<lead>\s*FROM\s+)(?P<flags>(?:--\S+\s+)*)(?P<image>\S+)(?P<rest>.*)$", re.IGNORECASE
+)
+_USER = re.compile(r"^\s*USER\s+(?P<user>\S+)", re.IGNORECASE)
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Lines with backslash continuations joined, so an instruction is one line."""
+    lines: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        if raw.rstrip().endswith("\\"):
+            pending += raw.rstrip()[:-1] + " "
+            continue
+        lines.append(pending + raw)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    return lines
+
+
+def map_base_images(text: str, mapping: Mapping[str, str]) -> str:
+    """Replace FROM images named in `mapping` (e.g. python:3.11-slim-bookworm -> a local one)."""
+    if not mapping:
+        return text
+    out = []
+    for line in text.splitlines(keepends=True):
+        match = _FROM.match(line.rstrip("\n"))
+        if match and match["image"] in mapping:
+            newline = "\n" if line.endswith("\n") else ""
+            line = f"{match['lead']}{match['flags']}{mapping[match['image']]}{match['rest']}"
+            line += newline
+        out.append(line)
+    return "".join(out)
+
+
+def base_images(text: str) -> list[str]:
+    """The images named by FROM lines (stage names included; callers filter those)."""
+    return [m["image"] for line in _logical_lines(text) if (m := _FROM.match(line))]
+
+
+def final_stage_user(text: str) -> str | None:
+    """The last USER of the final stage, or None when that stage sets none."""
+    user = None
+    for line in _logical_lines(text):
+        if _FROM.match(line):
+            user = None
+        elif match := _USER.match(line):
+            user = match["user"]
+    return user
+
+
+def runtime_block(tools_image: str, restore_user: str | None) -> str:
+    """The block appended to the final stage; needs no network at build time."""
+    need = ".".join(map(str, MIN_PYTHON))
+    lines = [
+        "",
+        "# --- trialbox runtime layer (appended by trialbox) ---",
+    ]
+    if restore_user is not None:
+        lines.append("USER root")
+    lines += [
+        f"COPY --from={tools_image} /uv {UV_PATH}",
+        f"COPY --from={tools_image} /wheels /opt/trialbox/wheels",
+        "RUN set -e; \\",
+        '    py="$(command -v python3 || true)"; \\',
+        '    if [ -z "$py" ]; then \\',
+        f'      echo "trialbox: this image has no python3 on PATH; the runtime layer needs'
+        f' CPython >= {need}" >&2; exit 1; fi; \\',
+        f'    if ! "$py" -c "import sys; sys.exit(sys.version_info < {MIN_PYTHON})"; then \\',
+        f'      echo "trialbox: $("$py" --version 2>&1) is too old; the runtime layer needs'
+        f' CPython >= {need}" >&2; exit 1; fi; \\',
+        f'    UV_PYTHON_DOWNLOADS=never {UV_PATH} venv --quiet --python "$py" {VENV_DIR}; \\',
+        f"    UV_PYTHON_DOWNLOADS=never {UV_PATH} pip install --quiet --no-cache"
+        f" --python {RUNTIME_PYTHON} --no-index --find-links /opt/trialbox/wheels"
+        " trialbox-container-runtime; \\",
+        "    rm -rf /opt/trialbox/wheels",
+    ]
+    if restore_user is not None:
+        lines.append(f"USER {restore_user}")
+    return "\n".join(lines) + "\n"
+
+
+def patch_dockerfile(text: str, tools_image: str, mapping: Mapping[str, str]) -> str:
+    """Map base images, then append the runtime block to the final stage."""
+    mapped = map_base_images(text, mapping)
+    if not mapped.endswith("\n"):
+        mapped += "\n"
+    return mapped + runtime_block(tools_image, final_stage_user(mapped))
+
+
+def prebuilt_dockerfile(image: str, tools_image: str, mapping: Mapping[str, str]) -> str:
+    """A task with `docker_image` skips its own build but still gets the runtime layer."""
+    return patch_dockerfile(f"FROM {image}\n", tools_image, mapping)

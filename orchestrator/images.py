@@ -1,0 +1,232 @@
+"""Task images: content-hashed tags, the shared tools image, and single-flight builds.
+
+A task image's tag is a hash of every build input (the patched Dockerfile, which names the
+tools image and the base-image mapping, and every file of the build context), so identical
+tasks share one image, an unchanged task is never rebuilt, and concurrent trials that need
+the same image wait for one build instead of starting their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import tarfile
+import time
+import weakref
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+import docker.errors
+from pydantic import BaseModel, Field
+
+from orchestrator import docker_api
+from orchestrator.dockerfile import patch_dockerfile, prebuilt_dockerfile
+from orchestrator.errors import ImageBuildError, SandboxNotFoundError, TaskError
+from orchestrator.task import Task
+from orchestrator.wheelhouse import build_runtime_wheel, ensure_wheelhouse
+
+TOOLS_REPO = "trialbox-tools"
+TASK_REPO = "trialbox-env"
+LOG_TAIL_LINES = 40
+_TOOLS_DOCKERFILE = b"FROM scratch\nCOPY uv /uv\nCOPY wheels /wheels\n"
+
+
+class BuildOutcome(BaseModel):
+    """What `ensure_image` did for one tag."""
+
+    tag: str
+    status: Literal["built", "cached"]
+    seconds: float = Field(description="Wall time spent, including waiting for another build.")
+
+
+def _context_tar(files: Mapping[str, tuple[bytes, int]]) -> bytes:
+    """A deterministic build context: sorted names, fixed owner and mtime."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name in sorted(files):
+            data, mode = files[name]
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _digest(files: Mapping[str, tuple[bytes, int]]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(files):
+        data, mode = files[name]
+        h.update(f"{name}\0{mode & 0o111:o}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def _read_tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    files: dict[str, tuple[bytes, int]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            files[path.relative_to(root).as_posix()] = (path.read_bytes(), mode)
+    return files
+
+
+class BuildPlan(BaseModel):
+    """Everything needed to build (or find) one task image."""
+
+    tag: str
+    dockerfile: str
+    timeout_sec: float
+    context: dict[str, tuple[bytes, int]] = Field(repr=False)
+
+
+def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> None:
+    api = docker_api.docker_client().api
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    stream = api.build(
+        fileobj=io.BytesIO(_context_tar(plan.context)),
+        custom_context=True,
+        tag=plan.tag,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        decode=True,
+        labels=labels,
+        timeout=int(plan.timeout_sec) + 30,
+    )
+    for chunk in stream:
+        if "stream" in chunk:
+            tail.extend(line for line in chunk["stream"].splitlines() if line.strip())
+        if "error" in chunk:
+            tail.append(chunk["error"].strip())
+            raise ImageBuildError(f"building {plan.tag} failed", "\n".join(tail))
+    if not _image_exists_blocking(plan.tag):
+        raise ImageBuildError(f"building {plan.tag} ended without an image", "\n".join(tail))
+
+
+def _image_exists_blocking(tag: str) -> bool:
+    try:
+        docker_api.docker_client().api.inspect_image(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+async def image_exists(tag: str) -> bool:
+    try:
+        return await docker_api.call(f"inspect image {tag}", _image_exists_blocking, tag)
+    except SandboxNotFoundError:
+        return False
+
+
+class ImageBuilder:
+    """Builds task images; one instance per process is enough (see `default_builder`)."""
+
+    def __init__(self) -> None:
+        self._tools_tag: str | None = None
+        self._tools_lock: asyncio.Lock | None = None
+        self._inflight: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Task[BuildOutcome]]
+        ] = weakref.WeakKeyDictionary()
+
+    # -- the tools image: uv + wheelhouse, FROM scratch, built once ---------------------------
+
+    def _tools_context(self) -> dict[str, tuple[bytes, int]]:
+        arch = docker_api.docker_client().info().get("Architecture", "x86_64")
+        home = ensure_wheelhouse({"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch))
+        files = {
+            "Dockerfile": (_TOOLS_DOCKERFILE, 0o644),
+            "uv": ((home / "uv").read_bytes(), 0o755),
+        }
+        for wheel in sorted((home / "wheels").glob("*.whl")):
+            files[f"wheels/{wheel.name}"] = (wheel.read_bytes(), 0o644)
+        runtime_wheel = build_runtime_wheel(home / "runtime")
+        files[f"wheels/{runtime_wheel.name}"] = (runtime_wheel.read_bytes(), 0o644)
+        return files
+
+    async def tools_image(self) -> str:
+        """The tag of the local tools image, building it when missing."""
+        if self._tools_tag is not None:
+            return self._tools_tag
+        if self._tools_lock is None:
+            self._tools_lock = asyncio.Lock()
+        async with self._tools_lock:
+            if self._tools_tag is None:
+                context = await docker_api.in_thread(self._tools_context)
+                tag = f"{TOOLS_REPO}:{_digest(context)[:20]}"
+                if not await image_exists(tag):
+                    plan = BuildPlan(tag=tag, dockerfile="", timeout_sec=300, context=context)
+                    await docker_api.call(
+                        "build the tools image", _build_blocking, plan, {"trialbox.tools": "1"}
+                    )
+                self._tools_tag = tag
+        return self._tools_tag
+
+    # -- task images --------------------------------------------------------------------------
+
+    async def plan(self, task: Task, base_image_map: Mapping[str, str]) -> BuildPlan:
+        """The patched Dockerfile, context and content-hash tag of a task's image."""
+        tools = await self.tools_image()
+        env = task.config.environment
+        if env.docker_image is not None:
+            dockerfile = prebuilt_dockerfile(env.docker_image, tools, base_image_map)
+            context: dict[str, tuple[bytes, int]] = {}
+        else:
+            try:
+                text = task.dockerfile.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise TaskError(f"{task.dockerfile}: cannot be read: {exc}") from exc
+            dockerfile = patch_dockerfile(text, tools, base_image_map)
+            context = await docker_api.in_thread(_read_tree, task.environment_dir)
+        context["Dockerfile"] = (dockerfile.encode(), 0o644)
+        tag = f"{TASK_REPO}:{_digest(context)[:20]}"
+        return BuildPlan(
+            tag=tag, dockerfile=dockerfile, timeout_sec=env.build_timeout_sec, context=context
+        )
+
+    async def _build(self, plan: BuildPlan, task_name: str) -> BuildOutcome:
+        started = time.monotonic()
+        if await image_exists(plan.tag):
+            return BuildOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
+        try:
+            await asyncio.wait_for(
+                docker_api.call(
+                    f"build the image of {task_name}",
+                    _build_blocking, plan, {"trialbox.task": task_name},
+                ),
+                plan.timeout_sec,
+            )  # fmt: skip
+        except TimeoutError as exc:
+            raise ImageBuildError(
+                f"building {plan.tag} for {task_name} took longer than its build_timeout_sec "
+                f"({plan.timeout_sec:g} s)"
+            ) from exc
+        return BuildOutcome(tag=plan.tag, status="built", seconds=time.monotonic() - started)
+
+    async def ensure_image(
+        self, task: Task, base_image_map: Mapping[str, str] | None = None
+    ) -> BuildOutcome:
+        """The task's image, built at most once however many trials ask at the same time."""
+        plan = await self.plan(task, base_image_map or {})
+        inflight = self._inflight.setdefault(asyncio.get_running_loop(), {})
+        build = inflight.get(plan.tag)
+        started = time.monotonic()
+        if build is None:
+            build = asyncio.ensure_future(self._build(plan, task.name))
+            inflight[plan.tag] = build
+            build.add_done_callback(lambda _: inflight.pop(plan.tag, None))
+            return await asyncio.shield(build)
+        outcome = await asyncio.shield(build)
+        return BuildOutcome(tag=outcome.tag, status="cached", seconds=time.monotonic() - started)
+
+
+_default_builder: ImageBuilder | None = None
+
+
+def default_builder() -> ImageBuilder:
+    """The process-wide builder, so separate `run_trial` calls share single-flight builds."""
+    global _default_builder
+    if _default_builder is None:
+        _default_builder = ImageBuilder()
+    return _default_builder

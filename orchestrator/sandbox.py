@@ -1,0 +1,213 @@
+"""One Docker container per trial: create, exec, move files, destroy.
+
+The container runs `sleep infinity` under an init process, so zombies are reaped and stop
+signals are forwarded. Files move by archive copy through the API, never by bind mounts: that
+works the same against a remote engine and leaves no root-owned files on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from orchestrator import docker_api
+from orchestrator.archive import DEFAULT_FILE_CAP, extract_stream
+from orchestrator.errors import SandboxError, SandboxNotFoundError, SandboxTimeoutError
+
+LABEL_TRIAL = "trialbox.trial"
+LABEL_JOB = "trialbox.job"
+LABEL_OWNER = "trialbox.owner"
+
+DEFAULT_OUTPUT_CAP = 1024 * 1024
+KILL_AFTER_SEC = 5.0
+HOST_BACKSTOP_SEC = 15.0
+
+
+class SandboxSpec(BaseModel):
+    """What a sandbox is made of: image, identity labels and the task's limits."""
+
+    image: str
+    trial_id: str
+    job_id: str
+    owner: str
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    pids_limit: int = 1024
+    network_mode: str = "none"
+
+
+class ExecResult(BaseModel):
+    """The outcome of one exec: its exit code and its (capped) merged output."""
+
+    exit_code: int | None = Field(description="None when the exit code could not be read.")
+    output: str = Field("", description="stdout and stderr, cut at the output cap.")
+    truncated: bool = Field(False, description="True when output was cut.")
+    timed_out: bool = Field(False, description="True when the in-container timeout fired.")
+    duration_sec: float = 0.0
+
+
+def _bounded_command(command: str, timeout: float | None) -> list[str]:
+    if timeout is None:
+        return ["sh", "-c", command]
+    # Enforced inside the container (exit 124 on TERM, 137 after the KILL grace); the host's
+    # wait is a little longer, as a backstop only.
+    return ["timeout", "-k", f"{KILL_AFTER_SEC:g}", f"{timeout:.3f}", "sh", "-c", command]
+
+
+class DockerSandbox:
+    """A running container. Use `await DockerSandbox.create(spec)`; `destroy()` is idempotent."""
+
+    def __init__(self, container_id: str, spec: SandboxSpec) -> None:
+        self.container_id = container_id
+        self.spec = spec
+        self._destroyed = False
+        self._destroy_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def create(cls, spec: SandboxSpec) -> DockerSandbox:
+        client = docker_api.docker_client()
+        container = await docker_api.call(
+            f"create a container from {spec.image}",
+            client.containers.create,
+            spec.image,
+            entrypoint=["sleep"],
+            command=["infinity"],
+            init=True,
+            detach=True,
+            name=f"trialbox-{spec.trial_id}",
+            labels={LABEL_TRIAL: spec.trial_id, LABEL_JOB: spec.job_id, LABEL_OWNER: spec.owner},
+            network_mode=spec.network_mode,
+            nano_cpus=int(spec.cpus * 1e9),
+            mem_limit=f"{spec.memory_mb}m",
+            pids_limit=spec.pids_limit,
+            security_opt=["no-new-privileges"],
+        )
+        sandbox = cls(container.id, spec)
+        try:
+            await docker_api.call(f"start container {container.short_id}", container.start)
+        except BaseException:
+            await sandbox.destroy()
+            raise
+        return sandbox
+
+    # -- exec ---------------------------------------------------------------------------------
+
+    def _exec_blocking(
+        self, argv: list[str], env: Mapping[str, str] | None, user: str, workdir: str | None,
+        output_cap: int,
+    ) -> tuple[int | None, bytes, bool]:  # fmt: skip
+        api = docker_api.docker_client().api
+        exec_id = api.exec_create(
+            self.container_id, argv, environment=dict(env or {}), user=user, workdir=workdir
+        )["Id"]
+        kept = bytearray()
+        truncated = False
+        for chunk in api.exec_start(exec_id, stream=True):
+            room = output_cap - len(kept)
+            if room > 0:
+                kept += chunk[:room]
+            if len(chunk) > max(room, 0):
+                truncated = True  # keep draining: the exec ends when its pipes close
+        return api.exec_inspect(exec_id).get("ExitCode"), bytes(kept), truncated
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_sec: float | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str = "",
+        workdir: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> ExecResult:
+        """Run `sh -c command`; bounded inside the container and, as a backstop, on the host."""
+        argv = _bounded_command(command, timeout_sec)
+        started = time.monotonic()
+        backstop = None if timeout_sec is None else timeout_sec + KILL_AFTER_SEC + HOST_BACKSTOP_SEC
+        what = f"exec in {self.container_id[:12]}"
+        try:
+            exit_code, output, truncated = await asyncio.wait_for(
+                docker_api.call(what, self._exec_blocking, argv, env, user, workdir, output_cap),
+                backstop,
+            )
+        except TimeoutError as exc:
+            raise SandboxTimeoutError(f"{what}: no answer within {backstop:.0f} s") from exc
+        return ExecResult(
+            exit_code=exit_code,
+            output=output.decode("utf-8", errors="replace"),
+            truncated=truncated,
+            timed_out=timeout_sec is not None and exit_code in (124, 137),
+            duration_sec=time.monotonic() - started,
+        )
+
+    # -- files --------------------------------------------------------------------------------
+
+    async def upload(self, tar_bytes: bytes, path: str = "/") -> None:
+        """Extract a tar archive at `path` inside the container."""
+        container = await self._container()
+        ok = await docker_api.call(
+            f"upload to {path} in {self.container_id[:12]}", container.put_archive, path, tar_bytes
+        )
+        if not ok:
+            raise SandboxError(f"upload to {path} in {self.container_id[:12]} was refused")
+
+    def _download_blocking(self, path: str, dest: Path, file_cap: int) -> int:
+        dest.mkdir(parents=True, exist_ok=True)
+        container = docker_api.docker_client().containers.get(self.container_id)
+        stream, _stat = container.get_archive(path, chunk_size=1 << 20)
+        return extract_stream(stream, dest, file_cap=file_cap)
+
+    async def download(self, path: str, dest: Path, *, file_cap: int = DEFAULT_FILE_CAP) -> int:
+        """Copy `path` from the container into the host folder `dest`, each file capped.
+
+        Returns how many files were truncated.
+        """
+        return await docker_api.call(
+            f"download {path} from {self.container_id[:12]}",
+            self._download_blocking, path, dest, file_cap,
+        )  # fmt: skip
+
+    async def _container(self) -> Any:
+        client = docker_api.docker_client()
+        return await docker_api.call(
+            f"find container {self.container_id[:12]}", client.containers.get, self.container_id
+        )
+
+    # -- teardown -----------------------------------------------------------------------------
+
+    async def _remove(self) -> None:
+        api = docker_api.docker_client().api
+        try:
+            await docker_api.call(
+                f"remove container {self.container_id[:12]}",
+                api.remove_container, self.container_id, force=True, v=True,
+            )  # fmt: skip
+        except SandboxNotFoundError:
+            pass  # already gone: the goal of teardown is met
+
+    async def destroy(self) -> None:
+        """Remove the container. Runs once, whatever cancels the caller meanwhile."""
+        if self._destroy_task is None:
+            self._destroy_task = asyncio.ensure_future(self._remove())
+        try:
+            await asyncio.shield(self._destroy_task)
+        except asyncio.CancelledError:
+            # Let the removal finish before the cancellation goes on.
+            await asyncio.wait({self._destroy_task}, timeout=30)
+            raise
+        self._destroyed = True
+
+    @property
+    def destroyed(self) -> bool:
+        return self._destroyed
+
+    async def __aenter__(self) -> DockerSandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.destroy()
