@@ -1,0 +1,3 @@
+#!/bin/sh
+set -e
+printf 'Hello, trialbox!\n' > /app/hello.txt

@@ -1,0 +1,127 @@
+"""The agents a trial can run: `oracle`, `nop`, `command:<shell>`, `workflow:<module:Class>`.
+
+An agent is two things: what to put into the sandbox before it starts (`prepare`) and the
+shell command that is its process (`command`). How that process is supervised and bounded
+is the trial's business, not the agent's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from orchestrator.archive import tar_of_dir
+from orchestrator.dockerfile import RUNTIME_PYTHON
+from orchestrator.errors import AgentSpecError, TaskError
+from orchestrator.materialize import Materialized
+from orchestrator.sandbox import DockerSandbox
+
+WORKFLOW_DIR = "/opt/trialbox/agent"
+
+
+class Agent(ABC):
+    """One way of working on a task inside the sandbox."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+
+    async def prepare(self, sandbox: DockerSandbox, trial: Materialized) -> None:  # noqa: B027
+        """Upload what the agent needs; most agents need nothing."""
+
+    @abstractmethod
+    def command(self) -> str:
+        """The shell command that is the agent's process."""
+
+
+class NopAgent(Agent):
+    """Does nothing: shows what a task scores untouched."""
+
+    def command(self) -> str:
+        return "true"
+
+
+class CommandAgent(Agent):
+    """Runs one shell command as the agent."""
+
+    def __init__(self, spec: str, shell_command: str) -> None:
+        super().__init__(spec)
+        if not shell_command.strip():
+            raise AgentSpecError(f"--agent {spec!r}: the command after 'command:' is empty")
+        self.shell_command = shell_command
+
+    def command(self) -> str:
+        return self.shell_command
+
+
+class OracleAgent(Agent):
+    """Uploads the task's solution/ and runs solution/solve.sh: proves the task solvable."""
+
+    async def prepare(self, sandbox: DockerSandbox, trial: Materialized) -> None:
+        solve = trial.solution_dir / "solve.sh"
+        if not solve.is_file():
+            raise TaskError(f"{solve}: missing; the oracle agent needs the task's solution")
+        await sandbox.upload(tar_of_dir(trial.solution_dir, "solution"), "/")
+
+    def command(self) -> str:
+        shell = "$(command -v bash || echo sh)"
+        return f"{shell} /solution/solve.sh"
+
+
+class WorkflowAgent(Agent):
+    """Runs an `AgentWorkflow` subclass with the in-container runner; its code is uploaded."""
+
+    def __init__(self, spec: str, target: str) -> None:
+        super().__init__(spec)
+        module, sep, class_name = target.rpartition(":")
+        if not sep or not module or not class_name.isidentifier():
+            raise AgentSpecError(
+                f"--agent {spec!r}: expected workflow:<module>:<Class> or "
+                "workflow:<path/to/file.py>:<Class>"
+            )
+        self.source, self.module = self._locate(spec, module)
+        self.class_name = class_name
+
+    @staticmethod
+    def _locate(spec: str, module: str) -> tuple[Path, str]:
+        if module.endswith(".py") or "/" in module:
+            path = Path(module).resolve()
+            if not path.is_file():
+                raise AgentSpecError(f"--agent {spec!r}: {path} is not a file")
+            return path, path.stem
+        top = module.split(".")[0]
+        found = importlib.util.find_spec(top)
+        if found is None or found.origin is None:
+            raise AgentSpecError(f"--agent {spec!r}: module {top!r} is not importable here")
+        if found.submodule_search_locations:
+            return Path(next(iter(found.submodule_search_locations))), module
+        return Path(found.origin), module
+
+    async def prepare(self, sandbox: DockerSandbox, trial: Materialized) -> None:
+        name = self.source.name
+        await sandbox.upload(tar_of_dir(self.source, f"{WORKFLOW_DIR.lstrip('/')}/{name}"), "/")
+
+    def command(self) -> str:
+        target = shlex.quote(f"{self.module}:{self.class_name}")
+        return (
+            f"PYTHONPATH={WORKFLOW_DIR} exec {RUNTIME_PYTHON} -m container_runtime agent "
+            f"--workflow {target}"
+        )
+
+
+def parse_agent(spec: str) -> Agent:
+    """An agent from its --agent value."""
+    kind, _, rest = spec.partition(":")
+    if kind == "oracle" and not rest:
+        return OracleAgent(spec)
+    if kind == "nop" and not rest:
+        return NopAgent(spec)
+    if kind == "command":
+        return CommandAgent(spec, rest)
+    if kind == "workflow":
+        return WorkflowAgent(spec, rest)
+    raise AgentSpecError(
+        f"--agent {spec!r}: unknown agent; use oracle, nop, command:<shell command> or "
+        "workflow:<module>:<Class>"
+    )

@@ -1,0 +1,71 @@
+"""How trials are run, as opposed to what they run: paths, identity, mappings, caps."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+BASE_IMAGE_MAP_ENV = "TRIALBOX_BASE_IMAGE_MAP"
+
+
+def parse_image_map(entries: list[str] | str) -> dict[str, str]:
+    """`FROM=TO` entries (a list, or one comma-separated string) as a mapping."""
+    items = entries.split(",") if isinstance(entries, str) else entries
+    mapping: dict[str, str] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        source, sep, target = item.partition("=")
+        if not sep or not source.strip() or not target.strip():
+            raise ValueError(f"base image mapping {item!r}: expected FROM_IMAGE=LOCAL_IMAGE")
+        mapping[source.strip()] = target.strip()
+    return mapping
+
+
+def _default_owner() -> str:
+    return os.environ.get("TRIALBOX_OWNER") or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _default_image_map() -> dict[str, str]:
+    return parse_image_map(os.environ.get(BASE_IMAGE_MAP_ENV, ""))
+
+
+class TrialConfig(BaseModel):
+    """Settings shared by the trials of a job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs_dir: Path = Field(Path("jobs"), description="Trial directories go under here.")
+    keep_containers: bool = Field(False, description="Leave containers for debugging.")
+    base_image_map: dict[str, str] = Field(
+        default_factory=_default_image_map,
+        description=(
+            "FROM images replaced by local ones, for machines without a registry "
+            f"(default from ${BASE_IMAGE_MAP_ENV}, 'a=b,c=d'). Part of the image hash."
+        ),
+    )
+    owner: str = Field(default_factory=_default_owner, description="trialbox.owner label.")
+    log_file_cap_bytes: int = Field(
+        32 * 1024 * 1024, gt=0, description="Each file copied back from /logs is cut here."
+    )
+    chat_completions_url: str | None = Field(
+        None, description="Passed to the agent in container_input.json."
+    )
+    credentials: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Environment variables given to the agent's process only; their values are "
+            "scrubbed from everything collected and never written to results."
+        ),
+        repr=False,
+    )
+
+    @field_validator("base_image_map", mode="before")
+    @classmethod
+    def _accept_entries(cls, value: object) -> object:
+        if isinstance(value, list | str):
+            return parse_image_map(value)
+        return value

@@ -1,0 +1,83 @@
+"""What a trial and a job report: the `result.json` on disk is exactly these models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from orchestrator.errors import ErrorCategory
+
+TrialStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
+Phase = Literal["materialize", "image", "start", "agent", "verify", "collect", "teardown"]
+Termination = Literal["exited", "timeout", "aborted"]
+
+
+class TrialError(BaseModel):
+    """Why a trial has no usable reward, in terms a trainer can act on."""
+
+    category: ErrorCategory = Field(
+        description="infra: discard the sample; agent / verifier / validation: it means something."
+    )
+    phase: Phase
+    type: str = Field(description="The exception's class name.")
+    message: str
+    discardable: bool = Field(description="True for infra errors: the sample says nothing.")
+
+
+class AgentOutcome(BaseModel):
+    """How the agent's process ended, decided once and read by every later step."""
+
+    termination: Termination | None = Field(None, description="None if the agent never ran.")
+    exit_code: int | None = None
+    duration_sec: float = 0.0
+
+
+class Timings(BaseModel):
+    """Seconds per phase and in total; always present so slow phases are visible."""
+
+    materialize: float = 0.0
+    image: float = 0.0
+    start: float = 0.0
+    agent: float = 0.0
+    verify: float = 0.0
+    collect: float = 0.0
+    teardown: float = 0.0
+    total: float = 0.0
+
+
+class TrialResult(BaseModel):
+    """The outcome of one trial (written to `<trial_dir>/result.json`)."""
+
+    trial_id: str
+    job_id: str
+    task_name: str
+    task_checksum: str | None = None
+    agent_spec: str = Field(description="The --agent value the trial ran with.")
+    attempt: int = 1
+    image_tag: str | None = None
+    status: TrialStatus
+    reward: float | None = Field(None, description="`reward`, or the lone reward if one.")
+    rewards: dict[str, float] = Field(default_factory=dict)
+    agent: AgentOutcome = Field(default_factory=AgentOutcome)
+    error: TrialError | None = None
+    timings: Timings = Field(default_factory=Timings)
+    started_at: datetime
+    finished_at: datetime | None = None
+    trial_dir: str
+
+
+class JobResult(BaseModel):
+    """Many trials and their aggregate (written to `<job_dir>/job.json`)."""
+
+    job_id: str
+    job_dir: str
+    n_trials: int
+    mean_reward: float | None = Field(None, description="Mean over trials; no reward counts 0.")
+    pass_at_k: dict[int, float] = Field(
+        default_factory=dict, description="Unbiased pass@k per task, averaged; 0/1 rewards only."
+    )
+    counts_by_status: dict[str, int] = Field(default_factory=dict)
+    counts_by_error_category: dict[str, int] = Field(default_factory=dict)
+    trials: list[TrialResult] = Field(default_factory=list)
