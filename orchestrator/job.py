@@ -1,0 +1,101 @@
+"""Many trials: every task times `attempts`, at most `n_concurrent` at once, then aggregates."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from math import comb
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agents import Agent, parse_agent
+from orchestrator.config import TrialConfig
+from orchestrator.images import ImageBuilder, default_builder
+from orchestrator.result import JobResult, TrialResult
+from orchestrator.task import Task, load_task
+from orchestrator.trial import Trial, check_id, new_id
+
+ProgressCallback = Callable[[TrialResult], None]
+
+
+def pass_at_k(results: Sequence[TrialResult]) -> dict[int, float]:
+    """Unbiased pass@k (Chen et al. 2021) per task, averaged over tasks; 0/1 rewards only.
+
+    A trial without a reward counts as a miss. Empty when any reward is not 0 or 1.
+    """
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for result in results:
+        by_task[result.task_name].append(result.reward if result.reward is not None else 0.0)
+    if not by_task or any(r not in (0.0, 1.0) for rs in by_task.values() for r in rs):
+        return {}
+    max_k = min(len(rs) for rs in by_task.values())
+    scores: dict[int, float] = {}
+    for k in range(1, max_k + 1):
+        per_task = []
+        for rewards in by_task.values():
+            n, c = len(rewards), int(sum(rewards))
+            per_task.append(1.0 - comb(n - c, k) / comb(n, k))
+        scores[k] = sum(per_task) / len(per_task)
+    return scores
+
+
+def summarize(job_id: str, job_dir: Path, results: list[TrialResult]) -> JobResult:
+    rewards = [r.reward if r.reward is not None else 0.0 for r in results]
+    return JobResult(
+        job_id=job_id,
+        job_dir=str(job_dir),
+        n_trials=len(results),
+        mean_reward=sum(rewards) / len(rewards) if rewards else None,
+        pass_at_k=pass_at_k(results),
+        counts_by_status=dict(Counter(r.status for r in results)),
+        counts_by_error_category=dict(Counter(r.error.category for r in results if r.error)),
+        trials=results,
+    )
+
+
+async def run_job(
+    tasks: Sequence[Task | str | Path],
+    agent: Agent | str = "oracle",
+    *,
+    n_concurrent: int = 4,
+    attempts: int = 1,
+    config: TrialConfig | None = None,
+    job_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    builder: ImageBuilder | None = None,
+    on_trial_done: ProgressCallback | None = None,
+) -> JobResult:
+    """Run every task `attempts` times and aggregate; writes `<jobs_dir>/<job>/job.json`.
+
+    Tasks are loaded (and so checked) before anything starts: a broken task fails the job at
+    once instead of after the others have run.
+    """
+    if n_concurrent < 1 or attempts < 1:
+        raise ValueError("n_concurrent and attempts must be at least 1")
+    config = config or TrialConfig()
+    loaded = [t if isinstance(t, Task) else load_task(t) for t in tasks]
+    the_agent = agent if isinstance(agent, Agent) else parse_agent(agent)
+    job_id = check_id(job_id or new_id("job"), "job id")
+    builder = builder or default_builder()
+    slots = asyncio.Semaphore(n_concurrent)
+
+    async def one(task: Task, attempt: int) -> TrialResult:
+        async with slots:
+            trial = Trial(
+                task, the_agent, config=config, trial_id=new_id(task.name), job_id=job_id,
+                metadata=metadata or {}, attempt=attempt, builder=builder,
+            )  # fmt: skip
+            result = await trial.run()
+        if on_trial_done is not None:
+            on_trial_done(result)
+        return result
+
+    results = await asyncio.gather(
+        *(one(task, attempt) for task in loaded for attempt in range(1, attempts + 1))
+    )
+    job_dir = config.jobs_dir.resolve() / job_id
+    job = summarize(job_id, job_dir, list(results))
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / "job.json").write_text(job.model_dump_json(indent=2), encoding="utf-8")
+    return job
