@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e ".[dev]"
 bash scripts/ensure-docker.sh
 bash scripts/build-base-image.sh
