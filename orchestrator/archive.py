@@ -16,16 +16,28 @@ DEFAULT_FILE_CAP = 32 * 1024 * 1024
 TRUNCATION_NOTE = b"\n[trialbox: output truncated at %d bytes]\n"
 
 
-def _info(name: str, *, size: int = 0, mode: int = 0o644, kind: bytes = tarfile.REGTYPE):
+def _info(
+    name: str,
+    *,
+    size: int = 0,
+    mode: int = 0o644,
+    kind: bytes = tarfile.REGTYPE,
+    owner: tuple[int, int] = (0, 0),
+) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.type = size, mode, kind
-    info.uid = info.gid = 0
+    info.uid, info.gid = owner
     info.mtime = 0
     return info
 
 
 def tar_of_files(
-    files: Mapping[str, bytes], *, dirs: Iterable[str] = (), dir_mode: int = 0o755
+    files: Mapping[str, bytes],
+    *,
+    dirs: Iterable[str] = (),
+    dir_mode: int = 0o755,
+    mode: int = 0o644,
+    owner: tuple[int, int] = (0, 0),
 ) -> bytes:
     """A tar of in-memory files (paths relative to the extraction point) and empty dirs."""
     buffer = io.BytesIO()
@@ -33,7 +45,7 @@ def tar_of_files(
         for name in dirs:
             archive.addfile(_info(name, mode=dir_mode, kind=tarfile.DIRTYPE))
         for name, data in files.items():
-            archive.addfile(_info(name, size=len(data)), io.BytesIO(data))
+            archive.addfile(_info(name, size=len(data), mode=mode, owner=owner), io.BytesIO(data))
     return buffer.getvalue()
 
 

@@ -63,6 +63,13 @@ class TrialConfig(BaseModel):
         repr=False,
     )
 
+    stop_term_grace_sec: float = Field(
+        20.0, gt=0, description="After the agent timeout: seconds the leader gets after TERM."
+    )
+    stop_kill_grace_sec: float = Field(
+        10.0, gt=0, description="Then: seconds to confirm the leader's end after KILL."
+    )
+
     @field_validator("base_image_map", mode="before")
     @classmethod
     def _accept_entries(cls, value: object) -> object:

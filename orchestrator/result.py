@@ -30,8 +30,10 @@ class AgentOutcome(BaseModel):
     """How the agent's process ended, decided once and read by every later step."""
 
     termination: Termination | None = Field(None, description="None if the agent never ran.")
-    exit_code: int | None = None
+    exit_code: int | None = Field(None, description="124 after a framework timeout.")
     duration_sec: float = 0.0
+    stop_sec: float = Field(0.0, description="How long stopping it took (timeout or abort).")
+    detail: str = Field("", description="The relay's account of the ending.")
 
 
 class Timings(BaseModel):

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from orchestrator import docker_api
-from orchestrator.archive import DEFAULT_FILE_CAP, extract_stream
+from orchestrator.archive import DEFAULT_FILE_CAP, extract_stream, tar_of_files
 from orchestrator.errors import SandboxError, SandboxNotFoundError, SandboxTimeoutError
 
 LABEL_TRIAL = "trialbox.trial"
@@ -65,7 +65,6 @@ class DockerSandbox:
     def __init__(self, container_id: str, spec: SandboxSpec) -> None:
         self.container_id = container_id
         self.spec = spec
-        self._destroyed = False
         self._destroy_task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -156,6 +155,12 @@ class DockerSandbox:
         if not ok:
             raise SandboxError(f"upload to {path} in {self.container_id[:12]} was refused")
 
+    async def upload_file(
+        self, path: str, data: bytes, *, mode: int = 0o600, owner: tuple[int, int] = (0, 0)
+    ) -> None:
+        """Write one file (absolute `path`) with this mode and numeric owner."""
+        await self.upload(tar_of_files({path.lstrip("/"): data}, mode=mode, owner=owner), "/")
+
     def _download_blocking(self, path: str, dest: Path, file_cap: int) -> int:
         dest.mkdir(parents=True, exist_ok=True)
         container = docker_api.docker_client().containers.get(self.container_id)
@@ -200,11 +205,11 @@ class DockerSandbox:
             # Let the removal finish before the cancellation goes on.
             await asyncio.wait({self._destroy_task}, timeout=30)
             raise
-        self._destroyed = True
 
     @property
     def destroyed(self) -> bool:
-        return self._destroyed
+        """True once removal was asked for: the sandbox can no longer be used."""
+        return self._destroy_task is not None
 
     async def __aenter__(self) -> DockerSandbox:
         return self

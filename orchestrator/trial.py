@@ -30,6 +30,7 @@ from orchestrator.rewards import headline_reward, read_rewards
 from orchestrator.sandbox import DockerSandbox, SandboxSpec
 from orchestrator.scrub import Scrubber
 from orchestrator.task import Task, load_task
+from relay import Ending, Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
 AGENT_STDERR = f"{paths.AGENT_DIR}/stderr.txt"
@@ -127,17 +128,24 @@ class Trial:
         return sandbox
 
     async def _run_agent(self, sandbox: DockerSandbox, staged: Materialized) -> None:
+        """Run the agent under the relay, which decides once how it ended."""
         await self.agent.prepare(sandbox, staged)
-        command = f"exec >{AGENT_STDOUT} 2>{AGENT_STDERR} </dev/null; {self.agent.command()}"
-        env = dict(self.config.credentials)
-        outcome = await sandbox.exec(
-            command, timeout_sec=self.task.config.agent.timeout_sec, env=env
+        policy = RelayPolicy(
+            term_grace=self.config.stop_term_grace_sec, kill_grace=self.config.stop_kill_grace_sec
         )
-        self.result.agent = AgentOutcome(
-            termination="timeout" if outcome.timed_out else "exited",
-            exit_code=outcome.exit_code,
-            duration_sec=outcome.duration_sec,
-        )
+        relay = Relay(sandbox, policy=policy, stdout=AGENT_STDOUT, stderr=AGENT_STDERR)
+        started = time.monotonic()
+        try:
+            outcome = await relay.run(
+                self.agent.command(),
+                timeout_sec=self.task.config.agent.timeout_sec,
+                env=self.config.credentials,
+            )
+        finally:
+            if relay.outcome is not None:
+                self.result.agent = _agent_outcome(relay.outcome, time.monotonic() - started)
+        if outcome.ending is Ending.INFRA_FAILURE:
+            raise AgentInfraError(f"the agent's sandbox was lost: {outcome.detail}")
 
     async def _verify(self, sandbox: DockerSandbox, staged: Materialized) -> bool:
         """Run tests/test.sh in the same sandbox; False when it could not finish."""
@@ -235,7 +243,7 @@ class Trial:
     async def _finish(
         self, staged: Materialized | None, verified: bool, cancelled: bool, started: float
     ) -> None:
-        if self.sandbox is not None and staged is not None:
+        if self.sandbox is not None and staged is not None and not self.sandbox.destroyed:
             try:
                 await self._collect(self.sandbox)
             except Exception as exc:
@@ -260,6 +268,26 @@ class Trial:
         (self.trial_dir / "result.json").write_text(
             self.scrubber.text(self.result.model_dump_json(indent=2)), encoding="utf-8"
         )
+
+
+def _agent_outcome(outcome: RelayOutcome, duration: float) -> AgentOutcome:
+    termination = {
+        Ending.EXITED: "exited",
+        Ending.TIMEOUT: "timeout",
+        Ending.ABORTED: "aborted",
+        Ending.INFRA_FAILURE: "aborted",
+    }[outcome.ending]
+    return AgentOutcome(
+        termination=termination,  # type: ignore[arg-type]
+        exit_code=outcome.exit_code,
+        duration_sec=duration,
+        stop_sec=outcome.stop_sec,
+        detail=outcome.detail,
+    )
+
+
+class AgentInfraError(TrialboxError):
+    """The relay could not confirm how the agent ended and destroyed the sandbox."""
 
 
 class VerifierSetupError(TrialboxError):

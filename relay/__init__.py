@@ -1,4 +1,18 @@
 """The relay: supervises the agent's process inside a sandbox (see DESIGN.md, "The relay").
 
-It imports nothing of trialbox's. Until it lands, trials bound the agent with an exec timeout.
+It imports nothing of trialbox's: it drives any sandbox that satisfies `RelaySandbox`.
 """
+
+from relay.outcome import Ending, RelayOutcome, RelayPolicy
+from relay.protocol import ExecOutput, RelaySandbox
+from relay.supervisor import GroupState, Relay
+
+__all__ = [
+    "Ending",
+    "ExecOutput",
+    "GroupState",
+    "Relay",
+    "RelayOutcome",
+    "RelayPolicy",
+    "RelaySandbox",
+]

@@ -1,0 +1,69 @@
+"""The shell launcher that makes the subject a process-group leader with a known pid.
+
+A `docker exec`'d process is already its own session and group leader (pid = pgid = sid), so
+the launcher records its own `$$` and then `exec`s the subject: same pid, same group, no fork
+(`setsid` would fork a new leader the relay could not see exit). Credentials arrive in a 0600
+env file that is sourced and deleted before the subject starts, so they never appear in a
+command line or in the container's environment. The subject's output goes to files, so a
+background child holding a pipe cannot delay the exec's end.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SCOPE_UNAVAILABLE_EXIT = 125
+SCOPE_MARKER = "trialbox-relay:scope-unavailable"
+
+
+@dataclass(frozen=True)
+class LaunchPaths:
+    """Per-launch file names; the nonce keeps launches apart and makes the marker unguessable."""
+
+    state_dir: str
+    nonce: str
+    stdout: str
+    stderr: str
+
+    @property
+    def pid_file(self) -> str:
+        return f"{self.state_dir}/subject-{self.nonce}.pid"
+
+    @property
+    def env_file(self) -> str:
+        # /tmp exists in every image and is writable by any user; the file itself is 0600.
+        return f"/tmp/.trialbox-env-{self.nonce}"
+
+    @property
+    def scope_marker(self) -> str:
+        return f"{SCOPE_MARKER}:{self.nonce}"
+
+
+def env_file_text(env: Mapping[str, str]) -> bytes:
+    """Shell assignments, each value quoted; sourced under `set -a` so they are exported."""
+    lines = []
+    for name, value in env.items():
+        if not name.isidentifier():
+            raise ValueError(f"credential name {name!r} is not a valid environment variable name")
+        lines.append(f"{name}={shlex.quote(value)}\n")
+    return "".join(lines).encode()
+
+
+def launcher_script(paths: LaunchPaths, subject: str, *, has_env: bool) -> str:
+    """The `sh` program run by the subject's exec."""
+    q = shlex.quote
+    env_file = q(paths.env_file)
+    lines = [
+        f"if ! {{ mkdir -p {q(paths.state_dir)} && echo $$ > {q(paths.pid_file)}; }} 2>/dev/null;"
+        f" then rm -f {env_file}; echo {q(paths.scope_marker)} >&2;"
+        f" exit {SCOPE_UNAVAILABLE_EXIT}; fi",
+    ]
+    if has_env:
+        lines.append(f"set -a; . {env_file}; set +a; rm -f {env_file}")
+    lines += [
+        f"exec >{q(paths.stdout)} 2>{q(paths.stderr)} </dev/null",
+        f"exec sh -c {q(subject)}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,45 @@
+"""What the relay needs from a sandbox, and nothing more: exec, upload a file, destroy.
+
+The orchestrator's Docker sandbox satisfies it; a fake satisfies it in unit tests. The relay
+imports nothing of trialbox's, so this protocol is its whole view of the world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+
+class ExecOutput(Protocol):
+    """The part of an exec's result the relay reads."""
+
+    @property
+    def exit_code(self) -> int | None: ...
+
+    @property
+    def output(self) -> str: ...
+
+
+class RelaySandbox(Protocol):
+    """A sandbox the relay can drive."""
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_sec: float | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str = "",
+    ) -> ExecOutput:
+        """Run `sh -c command` and wait for it to end."""
+        ...
+
+    async def upload_file(
+        self, path: str, data: bytes, *, mode: int = 0o600, owner: tuple[int, int] = (0, 0)
+    ) -> None:
+        """Write one file inside the sandbox with this mode and owner (uid, gid)."""
+        ...
+
+    async def destroy(self) -> None:
+        """Remove the sandbox; idempotent."""
+        ...

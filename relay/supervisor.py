@@ -1,0 +1,317 @@
+"""The relay: launch a subject, then decide once how it ended.
+
+Two different things can stop a subject. A framework timeout (the agent's time ran out) stops
+only the leader, TERM then KILL, and keeps the rest of the group and the sandbox: a server the
+agent started must still answer the verifier. A host abort (cancel, shutdown, a trainer's
+abort) quiesces the whole group and then removes the sandbox. Whatever cannot be confirmed
+fails closed: the sandbox is destroyed and nothing is scoreable. Cleanup is shielded and
+bounded, so a second cancel or an error during it still ends in destroy before it propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from relay.launcher import (
+    SCOPE_UNAVAILABLE_EXIT,
+    LaunchPaths,
+    env_file_text,
+    launcher_script,
+)
+from relay.outcome import TIMEOUT_EXIT_CODE, Ending, RelayOutcome, RelayPolicy
+from relay.protocol import ExecOutput, RelaySandbox
+
+log = logging.getLogger(__name__)
+
+
+class GroupState(enum.Enum):
+    """Is the process group still there? `UNKNOWN` is never read as `GONE`."""
+
+    ALIVE = "alive"
+    GONE = "gone"
+    UNKNOWN = "unknown"
+
+
+class Relay:
+    """Supervises one subject in one sandbox. `run()` once; read `outcome` afterwards.
+
+    `outcome` is set even when `run()` ends by cancellation, so the caller can tell an abort
+    that quiesced from one that destroyed.
+    """
+
+    def __init__(
+        self,
+        sandbox: RelaySandbox,
+        *,
+        policy: RelayPolicy | None = None,
+        state_dir: str = "/logs/agent/.relay",
+        stdout: str = "/logs/agent/stdout.txt",
+        stderr: str = "/logs/agent/stderr.txt",
+    ) -> None:
+        self.sandbox = sandbox
+        self.policy = policy or RelayPolicy()
+        self.paths = LaunchPaths(state_dir, secrets.token_hex(8), stdout, stderr)
+        self.outcome: RelayOutcome | None = None
+        self._subject: asyncio.Task[ExecOutput] | None = None
+        self._pid: int | None = None
+        self._destroyed = False
+
+    # -- launch -------------------------------------------------------------------------------
+
+    async def _stage_env(self, env: Mapping[str, str], user: str) -> None:
+        owner = (0, 0)
+        if user and user not in ("root", "0"):
+            ids = await self.sandbox.exec("id -u; id -g", timeout_sec=10, user=user)
+            numbers = (ids.output or "").split()
+            if ids.exit_code != 0 or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+                raise RuntimeError(f"cannot resolve the uid/gid of user {user!r}")
+            owner = (int(numbers[0]), int(numbers[1]))
+        await self.sandbox.upload_file(
+            self.paths.env_file, env_file_text(env), mode=0o600, owner=owner
+        )
+
+    async def _remove_env_file(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                self.sandbox.exec(f"rm -f {self.paths.env_file}", timeout_sec=10, user="root"),
+                self.policy.signal_timeout + 10,
+            )
+
+    async def _learn_pid(self) -> None:
+        """Read the pid file the launcher wrote, once, as early as possible."""
+        while self._subject is not None and not self._subject.done():
+            with contextlib.suppress(Exception):
+                got = await self.sandbox.exec(
+                    f"cat {self.paths.pid_file} 2>/dev/null", timeout_sec=5, user="root"
+                )
+                text = (got.output or "").strip()
+                if got.exit_code == 0 and text.isdigit():
+                    self._pid = int(text)
+                    return
+            await asyncio.sleep(self.policy.poll_interval / 2)
+
+    # -- the run ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        command: str,
+        *,
+        timeout_sec: float,
+        env: Mapping[str, str] | None = None,
+        user: str = "",
+    ) -> RelayOutcome:
+        """Run `command` as the subject under a framework timeout of `timeout_sec`."""
+        if self._subject is not None:
+            raise RuntimeError("a Relay launches once; make a new one")
+        try:
+            if env:
+                await self._stage_env(env, user)
+            script = launcher_script(self.paths, command, has_env=bool(env))
+            self._subject = asyncio.ensure_future(self.sandbox.exec(script, user=user))
+        except BaseException:
+            if env:
+                await asyncio.shield(self._remove_env_file())
+            raise
+        learner = asyncio.ensure_future(self._learn_pid())
+        try:
+            await asyncio.wait({self._subject}, timeout=timeout_sec)
+        except asyncio.CancelledError:
+            learner.cancel()
+            self.outcome = await self._cleanup(self._host_abort, cancelled=True)
+            raise
+        learner.cancel()
+        if self._subject.done():
+            self.outcome = await self._cleanup(self._ended_by_itself, cancelled=False)
+        else:
+            self.outcome = await self._cleanup(
+                lambda: self._stop_leader(timeout_sec), cancelled=False
+            )
+        return self.outcome
+
+    async def _cleanup(
+        self, step: Callable[[], Awaitable[RelayOutcome]], *, cancelled: bool
+    ) -> RelayOutcome:
+        """Run a cleanup step shielded; any error or a (second) cancel ends in destroy."""
+        task = asyncio.ensure_future(step())
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()
+            await self._destroy("a cancel arrived during cleanup")
+            self.outcome = RelayOutcome(
+                Ending.ABORTED, sandbox_destroyed=True, detail="cancelled during cleanup"
+            )
+            raise
+        except Exception as exc:
+            log.warning("relay cleanup failed, destroying the sandbox: %r", exc)
+            await self._destroy(f"cleanup failed: {exc!r}")
+            ending = Ending.ABORTED if cancelled else Ending.INFRA_FAILURE
+            return RelayOutcome(ending, sandbox_destroyed=True, detail=f"cleanup failed: {exc!r}")
+
+    async def _ended_by_itself(self) -> RelayOutcome:
+        assert self._subject is not None
+        try:
+            result = self._subject.result()
+        except Exception as exc:
+            await self._destroy(f"the subject's exec failed: {exc!r}")
+            return RelayOutcome(
+                Ending.INFRA_FAILURE, sandbox_destroyed=True, detail=f"exec failed: {exc!r}"
+            )
+        if result.exit_code == SCOPE_UNAVAILABLE_EXIT and self.paths.scope_marker in (
+            result.output or ""
+        ):
+            await self._destroy("scope unavailable")
+            return RelayOutcome(
+                Ending.INFRA_FAILURE,
+                sandbox_destroyed=True,
+                detail="scope unavailable: the launcher could not record the subject's pid",
+            )
+        if result.exit_code is None:
+            await self._destroy("the subject's exit code could not be read")
+            return RelayOutcome(
+                Ending.INFRA_FAILURE, sandbox_destroyed=True, detail="exit code unreadable"
+            )
+        return RelayOutcome(Ending.EXITED, exit_code=result.exit_code)
+
+    # -- framework timeout: stop only the leader ----------------------------------------------
+
+    async def _signal(self, target: str, signal: str) -> bool:
+        """Send `signal` to a pid (`123`) or a group (`-123`); False when it could not be sent."""
+        try:
+            got = await asyncio.wait_for(
+                self.sandbox.exec(
+                    f"kill -{signal} {target}", timeout_sec=self.policy.signal_timeout, user="root"
+                ),
+                self.policy.signal_timeout + 5,
+            )
+        except Exception as exc:
+            log.warning("relay could not send %s to %s: %r", signal, target, exc)
+            return False
+        return got.exit_code == 0
+
+    async def _stop_leader(self, agent_timeout: float) -> RelayOutcome:
+        started = time.monotonic()
+        reserve = self.policy.destroy_reserve(agent_timeout)
+        budget_end = started + self.policy.stop_budget(agent_timeout) - reserve
+        assert self._subject is not None
+        if self._pid is None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._learn_pid(), max(0.0, budget_end - time.monotonic()))
+        if self._pid is not None:
+            for signal, grace in (
+                ("TERM", self.policy.term_grace),
+                ("KILL", self.policy.kill_grace),
+            ):
+                wait_until = min(time.monotonic() + grace, budget_end)
+                if wait_until <= time.monotonic():
+                    break
+                await self._signal(str(self._pid), signal)
+                # Only the exec's return confirms the leader is gone: a vanished pid is not proof.
+                await asyncio.wait({self._subject}, timeout=max(0.0, wait_until - time.monotonic()))
+                if self._subject.done():
+                    return RelayOutcome(
+                        Ending.TIMEOUT,
+                        exit_code=TIMEOUT_EXIT_CODE,
+                        stop_sec=time.monotonic() - started,
+                        detail=f"leader stopped by {signal}",
+                    )
+        await self._destroy("the leader's stop could not be confirmed", deadline=reserve)
+        return RelayOutcome(
+            Ending.INFRA_FAILURE,
+            sandbox_destroyed=True,
+            stop_sec=time.monotonic() - started,
+            detail="the leader's stop could not be confirmed; the sandbox was destroyed",
+        )
+
+    # -- host abort: quiesce the whole group, then settle -------------------------------------
+
+    async def _group_state(self) -> GroupState:
+        try:
+            got = await asyncio.wait_for(
+                self.sandbox.exec(
+                    f"kill -0 -{self._pid} 2>&1; echo rc=$?",
+                    timeout_sec=self.policy.signal_timeout,
+                    user="root",
+                ),
+                self.policy.signal_timeout + 5,
+            )
+        except Exception:
+            return GroupState.UNKNOWN
+        text = (got.output or "").lower()
+        if got.exit_code != 0 or "rc=" not in text:
+            return GroupState.UNKNOWN
+        if "rc=0" in text:
+            return GroupState.ALIVE
+        return GroupState.GONE if "no such process" in text else GroupState.UNKNOWN
+
+    async def _quiet_within(self, seconds: float) -> GroupState:
+        deadline = time.monotonic() + seconds
+        while True:
+            state = await self._group_state()
+            if state is not GroupState.ALIVE or time.monotonic() >= deadline:
+                return state
+            await asyncio.sleep(self.policy.poll_interval)
+
+    async def _host_abort(self) -> RelayOutcome:
+        started = time.monotonic()
+        assert self._subject is not None
+        if self._subject.done():
+            # It had already ended on its own when the cancel arrived: report that, tear nothing.
+            with contextlib.suppress(Exception):
+                exit_code = self._subject.result().exit_code
+                if exit_code is not None and exit_code != SCOPE_UNAVAILABLE_EXIT:
+                    return RelayOutcome(Ending.EXITED, exit_code=exit_code)
+        state = GroupState.UNKNOWN
+        if self._pid is not None:
+            for signal, quiet in (
+                ("TERM", self.policy.abort_term_quiet),
+                ("KILL", self.policy.abort_kill_quiet),
+            ):
+                await self._signal(f"-{self._pid}", signal)
+                state = await self._quiet_within(quiet)
+                if state is not GroupState.ALIVE:
+                    break
+        detail = {
+            GroupState.GONE: "group quiesced",
+            GroupState.ALIVE: "group still alive after KILL",
+            GroupState.UNKNOWN: "group state unknown",
+        }[state]
+        await self._destroy(f"host abort ({detail})")
+        return RelayOutcome(
+            Ending.ABORTED,
+            sandbox_destroyed=True,
+            stop_sec=time.monotonic() - started,
+            detail=detail,
+        )
+
+    # -- the last resort ----------------------------------------------------------------------
+
+    async def _destroy(self, why: str, *, deadline: float | None = None) -> None:
+        """Destroy the sandbox within a deadline; a cancel meanwhile waits for it first."""
+        if self._destroyed:
+            return
+        self._destroyed = True
+        log.info("relay destroys the sandbox: %s", why)
+        if self._subject is not None and not self._subject.done():
+            self._subject.cancel()
+        limit = self.policy.destroy_deadline if deadline is None else max(deadline, 1.0)
+        destroy = asyncio.ensure_future(self.sandbox.destroy())
+        end = time.monotonic() + limit
+        cancelled = False
+        while not destroy.done() and time.monotonic() < end:
+            try:
+                await asyncio.wait({destroy}, timeout=end - time.monotonic())
+            except asyncio.CancelledError:
+                cancelled = True  # finish (or time out) the destroy first, then propagate
+        if not destroy.done():
+            log.error("relay: destroy did not finish within %.1f s", limit)
+        elif destroy.exception() is not None:
+            log.error("relay: destroy failed: %r", destroy.exception())
+        if cancelled:
+            raise asyncio.CancelledError
