@@ -1,6 +1,7 @@
-"""An example workflow: reads the numbers, writes their sum. Run it with
+"""An example workflow: reads the numbers, writes their sum. From the repository root:
 
-    trialbox run examples/sum-workflow --agent workflow:examples/sum-workflow/agent/sum_workflow.py:SumWorkflow
+    trialbox run examples/sum-workflow \
+        --agent workflow:examples/sum-workflow/agent/sum_workflow.py:SumWorkflow
 """
 
 from pathlib import Path
