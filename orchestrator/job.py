@@ -1,4 +1,7 @@
-"""Many trials: every task times `attempts`, at most `n_concurrent` at once, then aggregates."""
+"""Many trials: every task times `attempts`, at most `n_concurrent` at once, then aggregates.
+
+It runs on the same `TrialEngine` as the server, so the CLI and the server behave alike.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,12 @@ from typing import Any
 
 from orchestrator.agents import Agent, parse_agent
 from orchestrator.config import TrialConfig
-from orchestrator.images import ImageBuilder, default_builder
+from orchestrator.engine import TrialEngine
+from orchestrator.images import ImageBuilder
 from orchestrator.result import JobResult, TrialResult
+from orchestrator.rollouts import RolloutRequest
 from orchestrator.task import Task, load_task
-from orchestrator.trial import Trial, check_id, new_id
+from orchestrator.trial import new_id
 
 ProgressCallback = Callable[[TrialResult], None]
 
@@ -76,26 +81,29 @@ async def run_job(
     config = config or TrialConfig()
     loaded = [t if isinstance(t, Task) else load_task(t) for t in tasks]
     the_agent = agent if isinstance(agent, Agent) else parse_agent(agent)
-    job_id = check_id(job_id or new_id("job"), "job id")
-    builder = builder or default_builder()
-    slots = asyncio.Semaphore(n_concurrent)
+    engine = TrialEngine(
+        n_concurrent=n_concurrent, config=config, builder=builder, job_id=job_id or new_id("job"),
+        agent=the_agent.spec,
+    )  # fmt: skip
 
     async def one(task: Task, attempt: int) -> TrialResult:
-        async with slots:
-            trial = Trial(
-                task, the_agent, config=config, trial_id=new_id(task.name), job_id=job_id,
-                metadata=metadata or {}, attempt=attempt, builder=builder,
-            )  # fmt: skip
-            result = await trial.run()
+        trial_id = new_id(task.name)
+        request = RolloutRequest(
+            rollout_id=trial_id, task=str(task.path), agent=the_agent.spec,
+            metadata=dict(metadata or {}),
+        )  # fmt: skip
+        await engine.submit(request, attempt=attempt, task=task, agent=the_agent, trial_id=trial_id)
+        result = await engine.wait(trial_id)
         if on_trial_done is not None:
             on_trial_done(result)
         return result
 
-    results = await asyncio.gather(
-        *(one(task, attempt) for task in loaded for attempt in range(1, attempts + 1))
-    )
-    job_dir = config.jobs_dir.resolve() / job_id
-    job = summarize(job_id, job_dir, list(results))
+    async with engine:
+        results = await asyncio.gather(
+            *(one(task, attempt) for task in loaded for attempt in range(1, attempts + 1))
+        )
+    job_dir = config.jobs_dir.resolve() / engine.job_id
+    job = summarize(engine.job_id, job_dir, list(results))
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "job.json").write_text(job.model_dump_json(indent=2), encoding="utf-8")
     return job

@@ -12,7 +12,7 @@ import contextlib
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,8 +68,10 @@ class Trial:
         metadata: Mapping[str, Any],
         attempt: int,
         builder: ImageBuilder,
+        on_grading: Callable[[Trial], None] | None = None,
     ) -> None:
         self.task, self.agent, self.config, self.builder = task, agent, config, builder
+        self._on_grading = on_grading
         self.trial_id = check_id(trial_id, "trial id")
         self.job_id = check_id(job_id, "job id")
         self.metadata = dict(metadata)
@@ -150,6 +152,8 @@ class Trial:
     async def _verify(self, sandbox: DockerSandbox, staged: Materialized) -> bool:
         """Run tests/test.sh in the same sandbox; False when it could not finish."""
         self.result.status = "grading"
+        if self._on_grading is not None:
+            self._on_grading(self)
         # Whatever the agent wrote into /logs/verifier (a pre-written reward) goes first.
         reset = (
             f"rm -rf {paths.VERIFIER_DIR} {paths.TESTS_DIR} && mkdir -p {paths.VERIFIER_DIR}"
@@ -232,10 +236,13 @@ class Trial:
             cancelled = True
         except Exception as exc:  # recorded with its phase; the trial still cleans up
             self._fail(exc)
-        try:
-            await asyncio.shield(self._finish(staged, verified, cancelled, started))
-        except asyncio.CancelledError:
-            cancelled = True
+        finish = asyncio.ensure_future(self._finish(staged, verified, cancelled, started))
+        while not finish.done():
+            try:
+                await asyncio.shield(finish)
+            except asyncio.CancelledError:
+                cancelled = True  # teardown and the result file complete first, then it goes on
+        finish.result()
         if cancelled:
             raise asyncio.CancelledError
         return self.result

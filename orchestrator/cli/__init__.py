@@ -1,0 +1,43 @@
+"""The `trialbox` command.
+
+Progress bars and tables live here, never in the library, which reports through return
+values and callbacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+from orchestrator.cli import prewarm, run, serve
+from orchestrator.errors import TrialboxError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trialbox", description="Run AI-agent trials in Docker sandboxes and score them."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run.add_parser(commands)
+    prewarm.add_parser(commands)
+    serve.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=getattr(args, "json", False))
+    try:
+        return args.handler(args, console)
+    except (TrialboxError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: running trials were cancelled and torn down[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

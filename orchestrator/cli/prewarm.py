@@ -1,0 +1,74 @@
+"""`trialbox prewarm`: build every distinct image some tasks need, with progress and a table."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator.cli.common import add_base_image_option, add_task_options, config_of, tasks_of
+from orchestrator.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "prewarm",
+        help="build the images of one task folder or of every task folder inside PATH",
+        description="Build every distinct image the tasks need, reusing what exists. Exit "
+        "code 1 when any build failed.",
+    )
+    add_task_options(parser)
+    add_base_image_option(parser)
+    parser.add_argument(
+        "--max-parallel",
+        type=int,
+        default=DEFAULT_PARALLEL_BUILDS,
+        help=f"builds at once (default: {DEFAULT_PARALLEL_BUILDS})",
+    )
+    parser.set_defaults(handler=handle)
+
+
+def _table(rows: list[PrewarmRow]) -> Table:
+    table = Table(title="images")
+    for column in ("image", "tasks", "status", "seconds", "error"):
+        table.add_column(column)
+    for row in rows:
+        style = {"built": "green", "cached": "cyan", "failed": "red"}[row.status]
+        error = (row.error or "").strip().splitlines()
+        table.add_row(
+            row.tag or "-", ", ".join(row.tasks), f"[{style}]{row.status}[/]",
+            f"{row.seconds:.1f}", error[-1][:100] if error else "",
+        )  # fmt: skip
+    return table
+
+
+async def _prewarm(args: argparse.Namespace, console: Console) -> int:
+    tasks = tasks_of(args)
+    config = config_of(args)
+    with Progress(
+        SpinnerColumn(), "[progress.description]{task.description}", BarColumn(),
+        MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+    ) as progress:  # fmt: skip
+        bar = progress.add_task(f"images of {len(tasks)} task(s)", total=None)
+        try:
+            rows = await prewarm(
+                tasks, base_image_map=config.base_image_map, max_parallel=args.max_parallel,
+                on_done=lambda _row: progress.advance(bar),
+            )  # fmt: skip
+        except PrewarmError as exc:
+            progress.stop()
+            console.print(_table(exc.rows))
+            console.print(f"[red]error:[/] {exc}")
+            return 1
+    console.print(_table(rows))
+    return 0
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    if args.max_parallel < 1:
+        console.print("[red]error:[/] --max-parallel must be at least 1")
+        return 1
+    return asyncio.run(_prewarm(args, console))

@@ -1,0 +1,357 @@
+"""The trial engine that the CLI, the Python API and the server share.
+
+It holds `n_concurrent` slots and a bounded waiting line. Submitting returns at once, or
+raises `QueueFull` with a retry-after hint, so a trainer is told to back off instead of work
+silently piling up. Finished rollouts stay queryable for a retention window; cancelling a
+running rollout is a host abort through the relay, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from orchestrator.agents import Agent, parse_agent
+from orchestrator.callbacks import CallbackEvent, CallbackPayload, deliver
+from orchestrator.config import TrialConfig
+from orchestrator.images import ImageBuilder, default_builder
+from orchestrator.result import TrialError, TrialResult
+from orchestrator.rollouts import (
+    Disposition,
+    DuplicateRollout,
+    EngineClosed,
+    QueueFull,
+    RolloutRequest,
+    RolloutStatus,
+)
+from orchestrator.task import Task, load_task, resolve_task_id
+from orchestrator.trial import Trial, check_id, new_id
+from orchestrator.ttl_cache import TtlCache
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETENTION_SEC = 15 * 60
+_engines: weakref.WeakSet[TrialEngine] = weakref.WeakSet()
+
+
+@dataclass
+class _Rollout:
+    request: RolloutRequest
+    task: Task
+    agent: Agent
+    attempt: int
+    done: asyncio.Future[TrialResult]
+    trial_id: str
+    trial: Trial | None = None
+    runner: asyncio.Task[None] | None = None
+    callbacks: set[asyncio.Task[bool]] = field(default_factory=set)
+
+    @property
+    def running(self) -> bool:
+        return self.trial is not None
+
+
+class TrialEngine:
+    """Runs rollouts with bounded concurrency and a bounded queue. Use as an async context."""
+
+    def __init__(
+        self,
+        *,
+        n_concurrent: int = 4,
+        max_queue_depth: int | None = None,
+        config: TrialConfig | None = None,
+        agent: str = "oracle",
+        task: str | Path | None = None,
+        tasks_dir: str | Path | None = None,
+        retention_sec: float = DEFAULT_RETENTION_SEC,
+        builder: ImageBuilder | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        if n_concurrent < 1:
+            raise ValueError("n_concurrent must be at least 1")
+        if max_queue_depth is not None and max_queue_depth < 1:
+            raise ValueError("max_queue_depth must be at least 1, or None for no bound")
+        self.n_concurrent = n_concurrent
+        self.max_queue_depth = max_queue_depth
+        self.config = config or TrialConfig()
+        self.default_agent = agent
+        self.default_task = None if task is None else Path(task)
+        self.tasks_dir = None if tasks_dir is None else Path(tasks_dir)
+        self.builder = builder or default_builder()
+        self.job_id = check_id(job_id or new_id("serve"), "job id")
+        self._slots = asyncio.Semaphore(n_concurrent)
+        self._live: dict[str, _Rollout] = {}
+        self._finished: TtlCache[RolloutStatus] = TtlCache(retention_sec)
+        self._tasks: dict[Path, Task] = {}
+        self._agents: dict[str, Agent] = {}
+        self._closed = False
+        self._mean_trial_sec = 10.0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        _engines.add(self)
+
+    # -- submit -------------------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> int:
+        """Rollouts accepted but not yet holding a slot."""
+        return sum(1 for r in self._live.values() if not r.running)
+
+    def _retry_after(self) -> int:
+        line = self.waiting + 1
+        return max(1, min(300, math.ceil(self._mean_trial_sec * line / self.n_concurrent)))
+
+    def _check_capacity(self) -> None:
+        if self.max_queue_depth is None:
+            return
+        would_wait = max(0, len(self._live) + 1 - self.n_concurrent)
+        if would_wait > self.max_queue_depth:
+            raise QueueFull(self._retry_after(), self.waiting)
+
+    def _task_path(self, request: RolloutRequest) -> Path:
+        if request.task_id is not None:
+            if self.tasks_dir is None:
+                raise ValueError("task_id needs an engine with tasks_dir (dataset mode)")
+            return resolve_task_id(self.tasks_dir, request.task_id)
+        if request.task is not None:
+            return Path(request.task).resolve()
+        if self.default_task is None:
+            raise ValueError("the request names no task and the engine has no default task")
+        return self.default_task.resolve()
+
+    async def _load(self, request: RolloutRequest) -> tuple[Task, Agent]:
+        path = self._task_path(request)
+        task = self._tasks.get(path)
+        if task is None:
+            task = await asyncio.to_thread(load_task, path)
+            self._tasks[path] = task
+        spec = request.agent or self.default_agent
+        agent = self._agents.get(spec)
+        if agent is None:
+            agent = self._agents[spec] = parse_agent(spec)
+        return task, agent
+
+    async def submit(
+        self,
+        request: RolloutRequest,
+        *,
+        attempt: int = 1,
+        task: Task | None = None,
+        agent: Agent | None = None,
+        trial_id: str | None = None,
+    ) -> str:
+        """Accept a rollout (it runs when a slot frees) or raise QueueFull / EngineClosed.
+
+        `task` and `agent` skip loading when the caller has them already (run_job does).
+        """
+        if self._closed:
+            raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
+        if request.rollout_id in self._live:
+            raise DuplicateRollout(f"rollout {request.rollout_id!r} is still in flight")
+        self._check_capacity()
+        if task is None or agent is None:
+            loaded_task, loaded_agent = await self._load(request)
+            task, agent = task or loaded_task, agent or loaded_agent
+            self._check_capacity()  # loading awaited; others may have come in meanwhile
+        loop = self.loop = asyncio.get_running_loop()
+        rollout = _Rollout(
+            request, task, agent, attempt, loop.create_future(),
+            trial_id=check_id(trial_id, "trial id") if trial_id else new_id(request.rollout_id),
+        )  # fmt: skip
+        self._live[request.rollout_id] = rollout
+        rollout.runner = asyncio.create_task(self._drive(rollout), name=request.rollout_id)
+        return request.rollout_id
+
+    async def wait(self, rollout_id: str) -> TrialResult:
+        """The result of an in-flight rollout, once it ends."""
+        rollout = self._live.get(rollout_id)
+        if rollout is None:
+            raise KeyError(f"rollout {rollout_id!r} is not in flight")
+        return await asyncio.shield(rollout.done)
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def _grading(self, rollout: _Rollout) -> None:
+        self._callback(rollout, "workflow_complete", "grading")
+
+    def _callback(self, rollout: _Rollout, event: CallbackEvent, status: str,
+                  result: TrialResult | None = None) -> None:  # fmt: skip
+        url = (
+            rollout.request.workflow_complete_url
+            if event == "workflow_complete"
+            else rollout.request.grader_complete_url
+        )
+        if url is None:
+            return
+        payload = CallbackPayload(
+            event=event,
+            rollout_id=rollout.request.rollout_id,
+            status=status,
+            reward=result.reward if result else None,
+            rewards=result.rewards if result else {},
+            error=result.error.message if result and result.error else None,
+        )
+        sent = asyncio.create_task(deliver(str(url), payload))
+        rollout.callbacks.add(sent)
+        sent.add_done_callback(rollout.callbacks.discard)
+
+    async def _drive(self, rollout: _Rollout) -> None:
+        request = rollout.request
+        result: TrialResult | None = None
+        try:
+            async with self._slots:
+                rollout.trial = Trial(
+                    rollout.task, rollout.agent, config=self.config,
+                    trial_id=rollout.trial_id, job_id=self.job_id,
+                    metadata=request.metadata, attempt=rollout.attempt, builder=self.builder,
+                    on_grading=lambda _trial: self._grading(rollout),
+                )  # fmt: skip
+                result = await rollout.trial.run()
+        except asyncio.CancelledError:
+            result = rollout.trial.result if rollout.trial is not None else None
+            if result is None or result.status not in ("success", "failure", "cancelled"):
+                result = self._cancelled_result(rollout)
+        except Exception as exc:  # a bug, not a trial outcome: keep the engine serving
+            log.exception("rollout %s crashed", request.rollout_id)
+            result = self._cancelled_result(rollout, status="failure", message=repr(exc))
+        finally:
+            if result is None:
+                result = self._cancelled_result(rollout)
+            self._settle(rollout, result)
+
+    def _cancelled_result(
+        self, rollout: _Rollout, *, status: str = "cancelled", message: str | None = None
+    ) -> TrialResult:
+        now = datetime.now(UTC)
+        error = None
+        if message is not None:
+            error = TrialError(
+                category="infra", phase="materialize", type="EngineError", message=message,
+                discardable=True,
+            )  # fmt: skip
+        return TrialResult(
+            trial_id=rollout.request.rollout_id, job_id=self.job_id, task_name=rollout.task.name,
+            agent_spec=rollout.agent.spec, attempt=rollout.attempt, status=status,  # type: ignore[arg-type]
+            error=error, started_at=now, finished_at=now, trial_dir="",
+        )  # fmt: skip
+
+    def _settle(self, rollout: _Rollout, result: TrialResult) -> None:
+        rollout_id = rollout.request.rollout_id
+        self._live.pop(rollout_id, None)
+        if result.status in ("success", "failure") and result.timings.total > 0:
+            self._mean_trial_sec = 0.8 * self._mean_trial_sec + 0.2 * result.timings.total
+        self._finished.set(
+            rollout_id,
+            RolloutStatus(
+                rollout_id=rollout_id, status=result.status, reward=result.reward,
+                rewards=result.rewards, error=result.error.message if result.error else None,
+                error_category=result.error.category if result.error else None,
+                trial_dir=result.trial_dir or None, finished_at=result.finished_at,
+            ),
+        )  # fmt: skip
+        if not rollout.done.done():
+            rollout.done.set_result(result)
+        self._callback(rollout, "grader_complete", result.status, result)
+
+    # -- status and cancel --------------------------------------------------------------------
+
+    def status(self, rollout_id: str) -> RolloutStatus:
+        """queued / running / grading while live; the outcome while retained; else unknown."""
+        rollout = self._live.get(rollout_id)
+        if rollout is not None:
+            state = "queued" if rollout.trial is None else rollout.trial.result.status
+            return RolloutStatus(rollout_id=rollout_id, status=state)
+        finished = self._finished.get(rollout_id)
+        return finished or RolloutStatus(rollout_id=rollout_id, status="unknown")
+
+    def _select(
+        self, ids: Iterable[str] | None, prefix: str | None, everything: bool, session: str | None
+    ) -> tuple[list[str], list[str]]:
+        """(live ids selected, requested ids that are not live)."""
+        if ids is not None:
+            wanted = list(dict.fromkeys(ids))
+            return [i for i in wanted if i in self._live], [
+                i for i in wanted if i not in self._live
+            ]
+        if everything:
+            return list(self._live), []
+        if session is not None:
+            return [i for i, r in self._live.items() if r.request.session_id == session], []
+        assert prefix is not None
+        return [i for i in self._live if i.startswith(prefix)], []
+
+    def cancel_nowait(
+        self,
+        *,
+        ids: Iterable[str] | None = None,
+        prefix: str | None = None,
+        all: bool = False,
+        session_id: str | None = None,
+    ) -> dict[str, Disposition]:
+        """Cancel by exactly one selector; returns at once with a disposition per rollout."""
+        if sum([ids is not None, prefix is not None, all, session_id is not None]) != 1:
+            raise ValueError("give exactly one selector: ids, prefix, all or session_id")
+        live, missing = self._select(ids, prefix, all, session_id)
+        dispositions: dict[str, Disposition] = dict.fromkeys(missing, "not_found")
+        for rollout_id in live:
+            rollout = self._live[rollout_id]
+            running = rollout.running
+            if rollout.runner is not None and rollout.runner.cancel():
+                dispositions[rollout_id] = "cancelled_running" if running else "cancelled_queued"
+            else:
+                dispositions[rollout_id] = "not_found"
+        return dispositions
+
+    async def cancel(
+        self,
+        *,
+        ids: Iterable[str] | None = None,
+        prefix: str | None = None,
+        all: bool = False,
+        session_id: str | None = None,
+        wait: bool = True,
+    ) -> dict[str, Disposition]:
+        """`cancel_nowait`, then (by default) wait until those rollouts have torn down."""
+        runners = {i: r.runner for i, r in self._live.items() if r.runner is not None}
+        dispositions = self.cancel_nowait(ids=ids, prefix=prefix, all=all, session_id=session_id)
+        if wait:
+            chosen = [runners[i] for i in dispositions if i in runners]
+            if chosen:
+                await asyncio.wait(chosen)
+        return dispositions
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    async def shutdown(self, drain_sec: float = 30.0) -> None:
+        """Stop accepting, let live rollouts finish for up to `drain_sec`, then abort the rest."""
+        self._closed = True
+        runners = [r.runner for r in self._live.values() if r.runner is not None]
+        if runners:
+            await asyncio.wait(runners, timeout=drain_sec)
+        if self._live:
+            log.warning("shutdown: aborting %d rollout(s) still in flight", len(self._live))
+            await self.cancel(all=True)
+
+    async def __aenter__(self) -> TrialEngine:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown(drain_sec=0 if exc_info[0] is not None else 30.0)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def live_count(self) -> int:
+        return len(self._live)
+
+
+def engines() -> list[TrialEngine]:
+    """Every engine alive in this process (the abort hook reaches them all)."""
+    return list(_engines)

@@ -1,0 +1,101 @@
+"""Prewarm: build every distinct image some tasks need before serving, so the first rollouts
+do not pay for builds. Failures do not stop the others; they are reported together."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from orchestrator.errors import TrialboxError
+from orchestrator.images import ImageBuilder, default_builder
+from orchestrator.task import Task, load_task
+
+DEFAULT_PARALLEL_BUILDS = 2
+
+
+class PrewarmRow(BaseModel):
+    """One distinct image: which tasks need it and what prewarm did."""
+
+    tag: str | None
+    tasks: list[str]
+    status: Literal["built", "cached", "failed"]
+    seconds: float
+    error: str | None = None
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else "unknown error"
+
+
+class PrewarmError(TrialboxError):
+    """Some images failed to build; `rows` has every image's outcome."""
+
+    def __init__(self, rows: list[PrewarmRow]) -> None:
+        self.rows = rows
+        failed = [r for r in rows if r.status == "failed"]
+        reasons = "; ".join(
+            f"{', '.join(r.tasks)}: {(r.error or '').splitlines()[0]}" for r in failed
+        )
+        super().__init__(f"{len(failed)} of {len(rows)} image(s) failed to build: {reasons}")
+
+
+async def prewarm(
+    tasks: Sequence[Task | str | Path],
+    *,
+    base_image_map: Mapping[str, str] | None = None,
+    builder: ImageBuilder | None = None,
+    max_parallel: int = DEFAULT_PARALLEL_BUILDS,
+    on_done: Callable[[PrewarmRow], None] | None = None,
+) -> list[PrewarmRow]:
+    """Build each distinct image once (up to `max_parallel` at a time), reusing what exists.
+
+    Raises PrewarmError, carrying every row, when any build failed.
+    """
+    builder = builder or default_builder()
+    mapping = dict(base_image_map or {})
+    loaded = [t if isinstance(t, Task) else await asyncio.to_thread(load_task, t) for t in tasks]
+    by_tag: dict[str | None, list[Task]] = {}
+    failed_plans: list[PrewarmRow] = []
+    for task in loaded:
+        try:
+            plan = await builder.plan(task, mapping)
+        except TrialboxError as exc:
+            failed_plans.append(
+                PrewarmRow(tag=None, tasks=[task.name], status="failed", seconds=0, error=str(exc))
+            )
+            continue
+        by_tag.setdefault(plan.tag, []).append(task)
+    slots = asyncio.Semaphore(max(1, max_parallel))
+
+    async def one(tag: str | None, group: list[Task]) -> PrewarmRow:
+        started = time.monotonic()
+        names = [t.name for t in group]
+        async with slots:
+            try:
+                outcome = await builder.ensure_image(group[0], mapping)
+                row = PrewarmRow(
+                    tag=outcome.tag, tasks=names, status=outcome.status,
+                    seconds=time.monotonic() - started,
+                )  # fmt: skip
+            except TrialboxError as exc:
+                row = PrewarmRow(
+                    tag=tag, tasks=names, status="failed", seconds=time.monotonic() - started,
+                    error=str(exc),
+                )  # fmt: skip
+        if on_done is not None:
+            on_done(row)
+        return row
+
+    for row in failed_plans:
+        if on_done is not None:
+            on_done(row)
+    rows = failed_plans + list(await asyncio.gather(*(one(t, g) for t, g in by_tag.items())))
+    if any(r.status == "failed" for r in rows):
+        raise PrewarmError(rows)
+    return rows

@@ -1,0 +1,122 @@
+"""`trialbox serve`: the rollout engine over HTTP (FastAPI; install the `serve` extra).
+
+POST /rollouts answers 202 or 429 with Retry-After; GET /rollouts/{id} is the status document;
+POST /rollouts/cancel takes exactly one selector; GET /healthz. On shutdown the server stops
+accepting, drains for a bounded time, then host-aborts what is left.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, HTTPException
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse
+
+from orchestrator.engine import TrialEngine
+from orchestrator.errors import TaskError, TrialboxError
+from orchestrator.prewarm import prewarm
+from orchestrator.rollouts import (
+    ROLLOUT_ID_PATTERN,
+    CancelRequest,
+    DuplicateRollout,
+    EngineClosed,
+    QueueFull,
+    RolloutRequest,
+    RolloutStatus,
+)
+from orchestrator.task import Task
+
+log = logging.getLogger(__name__)
+
+
+def _authorized(configured: str | None, header: str | None) -> bool:
+    if configured is None:
+        return True
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode(), configured.encode())
+
+
+def create_app(
+    engine: TrialEngine,
+    *,
+    admin_token: str | None = None,
+    prewarm_tasks: Sequence[Task | str | Path] = (),
+    drain_sec: float = 30.0,
+) -> FastAPI:
+    """An app serving `engine`. `admin_token` (stripped) guards cancel-all."""
+    token = admin_token.strip() if admin_token and admin_token.strip() else None
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if prewarm_tasks:
+            rows = await prewarm(
+                prewarm_tasks, base_image_map=engine.config.base_image_map, builder=engine.builder
+            )
+            log.info("prewarmed %d image(s)", len(rows))
+        yield
+        await engine.shutdown(drain_sec)
+
+    app = FastAPI(title="trialbox", lifespan=lifespan)
+
+    @app.post("/rollouts", status_code=202)
+    async def submit(request: RolloutRequest) -> Any:
+        try:
+            rollout_id = await engine.submit(request)
+        except QueueFull as exc:
+            return JSONResponse(
+                status_code=429,
+                content={"detail": str(exc), "retry_after": exc.retry_after},
+                headers={"Retry-After": str(exc.retry_after)},
+            )
+        except EngineClosed as exc:
+            raise HTTPException(503, str(exc)) from exc
+        except DuplicateRollout as exc:
+            raise HTTPException(409, str(exc)) from exc
+        except (TaskError, ValueError) as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return {"rollout_id": rollout_id, "status": "queued"}
+
+    @app.get("/rollouts/{rollout_id}")
+    async def status(
+        rollout_id: Annotated[str, PathParam(pattern=ROLLOUT_ID_PATTERN)],
+    ) -> RolloutStatus:
+        return engine.status(rollout_id)
+
+    @app.post("/rollouts/cancel")
+    async def cancel(
+        request: CancelRequest, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, Any]:
+        if request.all and not _authorized(token, authorization):
+            raise HTTPException(401, "cancelling all rollouts needs the admin bearer token")
+        if request.ids is not None:
+            bad = [i for i in request.ids if not re.match(ROLLOUT_ID_PATTERN, i)]
+            if bad:
+                raise HTTPException(422, f"invalid rollout ids: {bad[:5]}")
+        try:
+            dispositions = await engine.cancel(
+                ids=request.ids, prefix=request.prefix, all=bool(request.all), wait=False
+            )
+        except TrialboxError as exc:
+            raise HTTPException(500, str(exc)) from exc
+        return {"dispositions": dispositions}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {
+            "ok": not engine.closed,
+            "live": engine.live_count,
+            "waiting": engine.waiting,
+            "n_concurrent": engine.n_concurrent,
+            "max_queue_depth": engine.max_queue_depth,
+        }
+
+    return app
