@@ -40,6 +40,11 @@ class SandboxSpec(BaseModel):
     pids_limit: int = 1024
     network_mode: str = "none"
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """Every container carries these, so leftovers can always be found and reaped."""
+        return {LABEL_TRIAL: self.trial_id, LABEL_JOB: self.job_id, LABEL_OWNER: self.owner}
+
 
 class ExecResult(BaseModel):
     """The outcome of one exec: its exit code and its (capped) merged output."""
@@ -69,23 +74,38 @@ class DockerSandbox:
 
     @classmethod
     async def create(cls, spec: SandboxSpec) -> DockerSandbox:
+        """Create and start the container; a cancel at any point leaves nothing behind."""
         client = docker_api.docker_client()
-        container = await docker_api.call(
-            f"create a container from {spec.image}",
-            client.containers.create,
-            spec.image,
-            entrypoint=["sleep"],
-            command=["infinity"],
-            init=True,
-            detach=True,
-            name=f"trialbox-{spec.trial_id}",
-            labels={LABEL_TRIAL: spec.trial_id, LABEL_JOB: spec.job_id, LABEL_OWNER: spec.owner},
-            network_mode=spec.network_mode,
-            nano_cpus=int(spec.cpus * 1e9),
-            mem_limit=f"{spec.memory_mb}m",
-            pids_limit=spec.pids_limit,
-            security_opt=["no-new-privileges"],
+        creating = asyncio.ensure_future(
+            docker_api.call(
+                f"create a container from {spec.image}",
+                client.containers.create,
+                spec.image,
+                entrypoint=["sleep"],
+                command=["infinity"],
+                init=True,
+                detach=True,
+                name=f"trialbox-{spec.trial_id}",
+                labels={
+                    LABEL_TRIAL: spec.trial_id,
+                    LABEL_JOB: spec.job_id,
+                    LABEL_OWNER: spec.owner,
+                },
+                network_mode=spec.network_mode,
+                nano_cpus=int(spec.cpus * 1e9),
+                mem_limit=f"{spec.memory_mb}m",
+                pids_limit=spec.pids_limit,
+                security_opt=["no-new-privileges"],
+            )
         )
+        try:
+            container = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # The engine finishes the create in its thread anyway: remove what it makes.
+            await asyncio.wait({creating}, timeout=60)
+            if creating.done() and not creating.cancelled() and creating.exception() is None:
+                await cls(creating.result().id, spec).destroy()
+            raise
         sandbox = cls(container.id, spec)
         try:
             await docker_api.call(f"start container {container.short_id}", container.start)

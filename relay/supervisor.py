@@ -83,18 +83,29 @@ class Relay:
                 self.policy.signal_timeout + 10,
             )
 
-    async def _learn_pid(self) -> None:
-        """Read the pid file the launcher wrote, once, as early as possible."""
-        while self._subject is not None and not self._subject.done():
+    async def _read_pid(self, within: float) -> None:
+        """Read the pid file the launcher wrote before it exec'd the subject.
+
+        It is read only when a signal is needed, which saves an exec per trial. A subject that
+        rewrites the file only misdirects the signals: the leader's exec then never returns,
+        and the relay fails closed.
+        """
+        deadline = time.monotonic() + within
+        while self._pid is None:
             with contextlib.suppress(Exception):
-                got = await self.sandbox.exec(
-                    f"cat {self.paths.pid_file} 2>/dev/null", timeout_sec=5, user="root"
+                got = await asyncio.wait_for(
+                    self.sandbox.exec(
+                        f"cat {self.paths.pid_file} 2>/dev/null", timeout_sec=5, user="root"
+                    ),
+                    self.policy.signal_timeout + 5,
                 )
                 text = (got.output or "").strip()
-                if got.exit_code == 0 and text.isdigit():
+                if got.exit_code == 0 and text.isdigit() and int(text) > 1:
                     self._pid = int(text)
                     return
-            await asyncio.sleep(self.policy.poll_interval / 2)
+            if time.monotonic() + self.policy.poll_interval >= deadline:
+                return
+            await asyncio.sleep(self.policy.poll_interval)
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -118,14 +129,11 @@ class Relay:
             if env:
                 await asyncio.shield(self._remove_env_file())
             raise
-        learner = asyncio.ensure_future(self._learn_pid())
         try:
             await asyncio.wait({self._subject}, timeout=timeout_sec)
         except asyncio.CancelledError:
-            learner.cancel()
             self.outcome = await self._cleanup(self._host_abort, cancelled=True)
             raise
-        learner.cancel()
         if self._subject.done():
             self.outcome = await self._cleanup(self._ended_by_itself, cancelled=False)
         else:
@@ -200,9 +208,7 @@ class Relay:
         reserve = self.policy.destroy_reserve(agent_timeout)
         budget_end = started + self.policy.stop_budget(agent_timeout) - reserve
         assert self._subject is not None
-        if self._pid is None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._learn_pid(), max(0.0, budget_end - time.monotonic()))
+        await self._read_pid(within=max(0.0, min(budget_end - time.monotonic(), 10.0)))
         if self._pid is not None:
             for signal, grace in (
                 ("TERM", self.policy.term_grace),
@@ -268,6 +274,7 @@ class Relay:
                 if exit_code is not None and exit_code != SCOPE_UNAVAILABLE_EXIT:
                     return RelayOutcome(Ending.EXITED, exit_code=exit_code)
         state = GroupState.UNKNOWN
+        await self._read_pid(within=self.policy.signal_timeout)
         if self._pid is not None:
             for signal, quiet in (
                 ("TERM", self.policy.abort_term_quiet),
