@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from orchestrator.archive import tar_of_dir
+from orchestrator.docker_api import in_thread
 from orchestrator.dockerfile import RUNTIME_PYTHON
 from orchestrator.errors import AgentSpecError, TaskError
 from orchestrator.materialize import Materialized
@@ -62,7 +63,7 @@ class OracleAgent(Agent):
         solve = trial.solution_dir / "solve.sh"
         if not solve.is_file():
             raise TaskError(f"{solve}: missing; the oracle agent needs the task's solution")
-        await sandbox.upload(tar_of_dir(trial.solution_dir, "solution"), "/")
+        await sandbox.upload(await in_thread(tar_of_dir, trial.solution_dir, "solution"), "/")
 
     def command(self) -> str:
         shell = "$(command -v bash || echo sh)"
@@ -99,8 +100,8 @@ class WorkflowAgent(Agent):
         return Path(found.origin), module
 
     async def prepare(self, sandbox: DockerSandbox, trial: Materialized) -> None:
-        name = self.source.name
-        await sandbox.upload(tar_of_dir(self.source, f"{WORKFLOW_DIR.lstrip('/')}/{name}"), "/")
+        arcname = f"{WORKFLOW_DIR.lstrip('/')}/{self.source.name}"
+        await sandbox.upload(await in_thread(tar_of_dir, self.source, arcname), "/")
 
     def command(self) -> str:
         target = shlex.quote(f"{self.module}:{self.class_name}")

@@ -49,12 +49,17 @@ def tar_of_files(
     return buffer.getvalue()
 
 
-def tar_of_dir(source: Path, arcname: str) -> bytes:
-    """A tar of a host folder under `arcname`, owned by root, modes kept."""
+def tar_of_dir(source: Path, arcname: str, *, top_mode: int | None = None) -> bytes:
+    """A tar of a host folder under `arcname`, owned by root, modes kept.
+
+    `top_mode` sets the mode of the folder itself (0o700 keeps others out of all of it).
+    """
 
     def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
+        if top_mode is not None and info.name == arcname:
+            info.mode = top_mode
         return info
 
     buffer = io.BytesIO()

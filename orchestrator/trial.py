@@ -162,13 +162,17 @@ class Trial:
         cleared = await sandbox.exec(reset, timeout_sec=30, user="root")
         if cleared.exit_code != 0:
             raise VerifierSetupError(f"could not empty {paths.VERIFIER_DIR}: {cleared.output}")
-        await sandbox.upload(tar_of_dir(staged.tests_dir, "tests"), "/")
+        # /tests may hold the label: root-only, and the verifier runs as root, so an agent's
+        # leftover processes running as another user cannot read it during verification.
+        tests = await docker_api.in_thread(tar_of_dir, staged.tests_dir, "tests", top_mode=0o700)
+        await sandbox.upload(tests, "/")
         verifier = self.task.config.verifier
         outcome = await sandbox.exec(
             f"exec >{VERIFIER_STDOUT} 2>&1 </dev/null; "
             f"$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh",
             timeout_sec=verifier.timeout_sec,
             env=verifier.env,
+            user="root",
             workdir=paths.TESTS_DIR,
         )
         if outcome.timed_out:
@@ -181,7 +185,6 @@ class Trial:
         return True
 
     async def _collect(self, sandbox: DockerSandbox) -> None:
-        self._phase = "collect"
         with self._timed("collect"):
             await sandbox.download(
                 paths.LOGS_DIR, self.trial_dir, file_cap=self.config.log_file_cap_bytes
@@ -195,9 +198,9 @@ class Trial:
         with self._timed("teardown"):
             await self.sandbox.destroy()
 
-    def _score(self, staged: Materialized) -> None:
+    async def _score(self, staged: Materialized) -> None:
         try:
-            rewards = read_rewards(staged.logs_dir / "verifier")
+            rewards = await docker_api.in_thread(read_rewards, staged.logs_dir / "verifier")
         except RewardFileError as exc:
             self._fail(exc, "verify")
             return
@@ -264,7 +267,7 @@ class Trial:
             self.result.agent.termination = self.result.agent.termination or "aborted"
         else:
             if verified and staged is not None and self.result.error is None:
-                self._score(staged)
+                await self._score(staged)
             self.result.status = "success" if self.result.rewards else "failure"
         self.result.timings.total = time.monotonic() - started
         self.result.finished_at = _now()
