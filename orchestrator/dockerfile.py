@@ -55,15 +55,53 @@ def base_images(text: str) -> list[str]:
     return [m["image"] for line in _logical_lines(text) if (m := _FROM.match(line))]
 
 
-def final_stage_user(text: str) -> str | None:
-    """The last USER of the final stage, or None when that stage sets none."""
-    user = None
+_AS = re.compile(r"\s+AS\s+(?P<alias>\S+)", re.IGNORECASE)
+
+
+def _stages(text: str) -> list[tuple[str, str | None, str | None]]:
+    """(base image, alias, last USER) of every stage, in order."""
+    stages: list[tuple[str, str | None, str | None]] = []
     for line in _logical_lines(text):
-        if _FROM.match(line):
-            user = None
-        elif match := _USER.match(line):
-            user = match["user"]
+        if match := _FROM.match(line):
+            alias = _AS.match(match["rest"])
+            stages.append((match["image"], alias["alias"].lower() if alias else None, None))
+        elif (user := _USER.match(line)) and stages:
+            image, alias, _ = stages[-1]
+            stages[-1] = (image, alias, user["user"])
+    return stages
+
+
+def _resolve(text: str) -> tuple[str | None, str | None]:
+    """(user, external image): the final stage's user, inherited through `FROM <stage>`, or,
+    when no stage on the way sets one, the external image it comes from."""
+    stages = _stages(text)
+    if not stages:
+        return None, None
+    by_alias = {alias: i for i, (_, alias, _) in enumerate(stages) if alias}
+    index: int | None = len(stages) - 1
+    while index is not None:
+        image, _alias, user = stages[index]
+        if user is not None:
+            return user, None
+        parent = by_alias.get(image.lower())
+        if parent is None or parent >= index:
+            return None, image
+        index = parent
+    return None, None
+
+
+def final_stage_user(text: str, image_users: Mapping[str, str] | None = None) -> str | None:
+    """The user the final stage runs as: its own USER, one inherited from an earlier stage,
+    or the default user of its external base image when `image_users` knows it."""
+    user, image = _resolve(text)
+    if user is None and image is not None and image_users:
+        return image_users.get(image) or None
     return user
+
+
+def final_stage_image(text: str) -> str | None:
+    """The external image the final stage comes from, when no stage on the way sets a USER."""
+    return _resolve(text)[1]
 
 
 def runtime_block(tools_image: str, restore_user: str | None) -> str:
@@ -97,14 +135,18 @@ def runtime_block(tools_image: str, restore_user: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def patch_dockerfile(text: str, tools_image: str, mapping: Mapping[str, str]) -> str:
-    """Map base images, then append the runtime block to the final stage."""
+def patch_dockerfile(
+    text: str,
+    tools_image: str,
+    mapping: Mapping[str, str],
+    image_users: Mapping[str, str] | None = None,
+) -> str:
+    """Map base images, then append the runtime block to the final stage.
+
+    `image_users` gives the default USER of external base images (from `docker inspect`), so
+    a stage that inherits a non-root user still installs as root and gets its user back.
+    """
     mapped = map_base_images(text, mapping)
     if not mapped.endswith("\n"):
         mapped += "\n"
-    return mapped + runtime_block(tools_image, final_stage_user(mapped))
-
-
-def prebuilt_dockerfile(image: str, tools_image: str, mapping: Mapping[str, str]) -> str:
-    """A task with `docker_image` skips its own build but still gets the runtime layer."""
-    return patch_dockerfile(f"FROM {image}\n", tools_image, mapping)
+    return mapped + runtime_block(tools_image, final_stage_user(mapped, image_users))

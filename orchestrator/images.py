@@ -16,16 +16,16 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Literal
 
 import docker.errors
 from pydantic import BaseModel, Field
 
 from orchestrator import docker_api
-from orchestrator.dockerfile import patch_dockerfile, prebuilt_dockerfile
+from orchestrator.dockerfile import final_stage_image, map_base_images, patch_dockerfile
 from orchestrator.errors import ImageBuildError, SandboxNotFoundError, TaskError
 from orchestrator.task import Task
+from orchestrator.tree import read_tree
 from orchestrator.wheelhouse import build_runtime_wheel, ensure_wheelhouse
 
 TOOLS_REPO = "trialbox-tools"
@@ -61,15 +61,6 @@ def _digest(files: Mapping[str, tuple[bytes, int]]) -> str:
         h.update(f"{name}\0{mode & 0o111:o}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()
-
-
-def _read_tree(root: Path) -> dict[str, tuple[bytes, int]]:
-    files: dict[str, tuple[bytes, int]] = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-            files[path.relative_to(root).as_posix()] = (path.read_bytes(), mode)
-    return files
 
 
 class BuildPlan(BaseModel):
@@ -126,6 +117,7 @@ class ImageBuilder:
     def __init__(self) -> None:
         self._tools_tag: str | None = None
         self._tools_lock: asyncio.Lock | None = None
+        self._users: dict[str, str] = {}
         self._inflight: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, asyncio.Task[BuildOutcome]]
         ] = weakref.WeakKeyDictionary()
@@ -165,20 +157,39 @@ class ImageBuilder:
 
     # -- task images --------------------------------------------------------------------------
 
+    async def _image_users(self, dockerfile: str) -> dict[str, str]:
+        """The default USER of the external image the final stage comes from, if it is local.
+
+        Cached per image reference for the life of the builder.
+        """
+        image = final_stage_image(dockerfile)
+        if image is None:
+            return {}
+        if image not in self._users:
+            try:
+                attrs = await docker_api.call(
+                    f"inspect image {image}", docker_api.docker_client().api.inspect_image, image
+                )
+                self._users[image] = (attrs.get("Config") or {}).get("User") or ""
+            except SandboxNotFoundError:
+                return {}  # not local: the build will pull it or fail, saying so
+        return {image: self._users[image]} if self._users[image] else {}
+
     async def plan(self, task: Task, base_image_map: Mapping[str, str]) -> BuildPlan:
         """The patched Dockerfile, context and content-hash tag of a task's image."""
         tools = await self.tools_image()
         env = task.config.environment
         if env.docker_image is not None:
-            dockerfile = prebuilt_dockerfile(env.docker_image, tools, base_image_map)
+            text = f"FROM {env.docker_image}\n"
             context: dict[str, tuple[bytes, int]] = {}
         else:
             try:
                 text = task.dockerfile.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise TaskError(f"{task.dockerfile}: cannot be read: {exc}") from exc
-            dockerfile = patch_dockerfile(text, tools, base_image_map)
-            context = await docker_api.in_thread(_read_tree, task.environment_dir)
+            context = await docker_api.in_thread(read_tree, task.environment_dir)
+        users = await self._image_users(map_base_images(text, base_image_map))
+        dockerfile = patch_dockerfile(text, tools, base_image_map, users)
         context["Dockerfile"] = (dockerfile.encode(), 0o644)
         tag = f"{TASK_REPO}:{_digest(context)[:20]}"
         return BuildPlan(

@@ -8,11 +8,8 @@ verification time, after the agent is done.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ from pydantic import BaseModel
 from container_runtime.contract import ContainerInput
 from orchestrator.errors import TaskError
 from orchestrator.task import Task
+from orchestrator.tree import check_tree, checksum_tree
 
 LABEL_KEY = "label"
 
@@ -44,38 +42,6 @@ class Materialized(BaseModel):
     @property
     def logs_dir(self) -> Path:
         return self.trial_dir / "logs"
-
-
-def check_tree(root: Path) -> list[Path]:
-    """Every entry under `root`, sorted; refuses escaping symlinks and special files."""
-    entries: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in sorted(dirnames + filenames):
-            path = Path(dirpath) / name
-            mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                target = path.resolve()
-                if not target.is_relative_to(root):
-                    raise TaskError(f"{path}: a symlink pointing outside the task ({target})")
-            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise TaskError(f"{path}: a special file (not a regular file or folder)")
-            entries.append(path)
-    return entries
-
-
-def checksum_tree(root: Path, entries: list[Path]) -> str:
-    """A content hash of a task folder: names, link targets, executable bits and bytes."""
-    digest = hashlib.sha256()
-    for path in entries:
-        name = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            digest.update(f"L\0{name}\0{os.readlink(path)}\0".encode())
-        elif path.is_file():
-            executable = path.stat().st_mode & 0o111 != 0
-            digest.update(f"F\0{name}\0{executable:d}\0".encode())
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
 
 
 def split_label(metadata: dict[str, Any]) -> tuple[dict[str, Any], Any]:

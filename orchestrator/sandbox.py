@@ -160,7 +160,11 @@ class DockerSandbox:
             exit_code=exit_code,
             output=output.decode("utf-8", errors="replace"),
             truncated=truncated,
-            timed_out=timeout_sec is not None and exit_code in (124, 137),
+            # 124/137 alone may be the command's own exit code; only one that came as the
+            # limit ran out is the timeout's.
+            timed_out=timeout_sec is not None
+            and exit_code in (124, 137)
+            and time.monotonic() - started >= timeout_sec,
             duration_sec=time.monotonic() - started,
         )
 

@@ -227,7 +227,9 @@ class Trial:
                 )  # fmt: skip
                 self.result.task_checksum = staged.checksum
             with self._timed("image"):
-                built = await self.builder.ensure_image(self.task, self.config.base_image_map)
+                # Built from the trial's checked copy, never from a source that may change.
+                copy = self.task.model_copy(update={"path": staged.task_dir})
+                built = await self.builder.ensure_image(copy, self.config.base_image_map)
                 self.result.image_tag = built.tag
             with self._timed("start"):
                 sandbox = await self._start(staged, built.tag)

@@ -1,0 +1,178 @@
+"""Shared fixtures: a checked Docker engine, a trial config, a leak check, task folders.
+
+The orchestrator's tests talk to the real Docker engine (DESIGN.md: fakes are only for
+faults an engine cannot produce on demand), so a missing engine or base image is a failure
+with instructions, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from orchestrator import TrialConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO_ROOT / "examples"
+BASE_IMAGE = "trialbox-base/python3:bookworm"
+OFFICIAL_IMAGE = "python:3.11-slim-bookworm"
+BASE_IMAGE_MAP = {OFFICIAL_IMAGE: BASE_IMAGE}
+DEFAULT_DOCKERFILE = f"FROM {OFFICIAL_IMAGE}\nWORKDIR /app\n"
+LABEL_TRIAL = "trialbox.trial"
+LABEL_OWNER = "trialbox.owner"
+
+# Every trial this test session starts is labelled with this owner, so the leak check below
+# finds exactly our containers and never touches those of someone else using the engine.
+TEST_OWNER = f"trialbox-tests-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    """A client of an engine that answers; fails the session with instructions otherwise."""
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except (docker.errors.DockerException, OSError) as exc:
+        pytest.fail(
+            f"the Docker engine does not answer ({exc}); start it with scripts/ensure-docker.sh "
+            "(or make DOCKER_HOST point at a running engine) and rerun",
+            pytrace=False,
+        )
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def docker_ready(docker_client: docker.DockerClient) -> docker.DockerClient:
+    """The engine answers and holds the offline base image the examples are mapped onto."""
+    try:
+        docker_client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(
+            f"the base image {BASE_IMAGE} is missing; build it with scripts/build-base-image.sh "
+            "and rerun",
+            pytrace=False,
+        )
+    return docker_client
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_owner() -> Iterator[str]:
+    """Trials started with a default config (or in a subprocess) carry our owner label too."""
+    previous = os.environ.get("TRIALBOX_OWNER")
+    os.environ["TRIALBOX_OWNER"] = TEST_OWNER
+    yield TEST_OWNER
+    if previous is None:
+        os.environ.pop("TRIALBOX_OWNER", None)
+    else:
+        os.environ["TRIALBOX_OWNER"] = previous
+
+
+def our_containers(client: docker.DockerClient) -> list:
+    """Containers of this test session (running or not)."""
+    return client.containers.list(
+        all=True, filters={"label": [LABEL_TRIAL, f"{LABEL_OWNER}={TEST_OWNER}"]}
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_containers(docker_client: docker.DockerClient) -> Iterator[None]:
+    """After every test: no trial container of ours is left; any found is removed first."""
+    yield
+    leftovers = our_containers(docker_client)
+    names = [c.name for c in leftovers]
+    for container in leftovers:
+        try:
+            container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+    assert not names, f"trial containers were left behind (now removed): {names}"
+
+
+@pytest.fixture
+def config(docker_ready: docker.DockerClient, tmp_path: Path) -> TrialConfig:
+    """Trials map the official Python image onto the local one and write under tmp_path."""
+    return TrialConfig(base_image_map=BASE_IMAGE_MAP, jobs_dir=tmp_path / "jobs", owner=TEST_OWNER)
+
+
+class ContainerWatch:
+    """Which containers the engine created for one job id while the watch was open.
+
+    Read from the engine's event log, so a container that was created and removed again in
+    between is seen too.
+    """
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+        self.job_id = f"job-{uuid.uuid4().hex[:12]}"
+        self.since = time.time()
+
+    def created(self) -> list[str]:
+        events = self.client.events(
+            since=f"{self.since - 0.5:.6f}",
+            until=f"{time.time():.6f}",
+            filters={
+                "type": "container",
+                "event": "create",
+                "label": f"trialbox.job={self.job_id}",
+            },
+            decode=True,
+        )
+        return [e["Actor"]["Attributes"].get("name", "?") for e in events]
+
+
+@pytest.fixture
+def container_watch(docker_client: docker.DockerClient) -> ContainerWatch:
+    """Pass `container_watch.job_id` as the job id; `created()` lists its containers."""
+    return ContainerWatch(docker_client)
+
+
+MakeTask = Callable[..., Path]
+
+
+def write_task(
+    root: Path,
+    name: str = "task",
+    *,
+    instruction: str = "Do the thing.\n",
+    dockerfile: str | None = DEFAULT_DOCKERFILE,
+    test_sh: str = "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n",
+    solve_sh: str | None = None,
+    task_toml: str | None = None,
+    files: dict[str, str] | None = None,
+) -> Path:
+    """A task folder `root/name` made from strings; `None` leaves a file out."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    contents = {"instruction.md": instruction, "tests/test.sh": test_sh}
+    if dockerfile is not None:
+        contents["environment/Dockerfile"] = dockerfile
+    if solve_sh is not None:
+        contents["solution/solve.sh"] = solve_sh
+    if task_toml is not None:
+        contents["task.toml"] = task_toml
+    contents.update(files or {})
+    for relative, text in contents.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if path.suffix == ".sh":
+            path.chmod(0o755)
+    return folder
+
+
+@pytest.fixture
+def make_task(tmp_path: Path) -> MakeTask:
+    """`make_task(name, instruction=..., dockerfile=..., test_sh=..., ...)` under tmp_path."""
+
+    def make(name: str = "task", **kwargs: object) -> Path:
+        return write_task(tmp_path / "tasks", name, **kwargs)  # type: ignore[arg-type]
+
+    return make

@@ -1,0 +1,136 @@
+"""Task images: content-hashed tags, one build for identical tasks, the patch in a real build."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from orchestrator import TaskError, TrialConfig, load_task, run_trial
+from orchestrator.images import TASK_REPO, ImageBuilder
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HELLO = REPO_ROOT / "examples" / "hello-oracle"
+BASE_MAP = {"python:3.11-slim-bookworm": "trialbox-base/python3:bookworm"}
+
+
+@pytest.fixture
+def built_tags(docker_ready: docker.DockerClient) -> Iterator[set[str]]:
+    """Tags added here are removed after the test, so every run builds afresh."""
+    tags: set[str] = set()
+    yield tags
+    for tag in tags:
+        try:
+            docker_ready.images.remove(tag, force=True)
+        except docker.errors.ImageNotFound:
+            pass
+
+
+async def test_identical_tasks_share_one_build(make_task, built_tags: set[str]) -> None:
+    marker = uuid.uuid4().hex
+    dockerfile = f"FROM python:3.11-slim-bookworm\nWORKDIR /app\nRUN echo {marker}\n"
+    first = load_task(make_task("first", dockerfile=dockerfile))
+    second = load_task(make_task("second", dockerfile=dockerfile, instruction="Other words.\n"))
+    builder = ImageBuilder()
+
+    plans = [await builder.plan(t, BASE_MAP) for t in (first, second)]
+    built_tags.add(plans[0].tag)
+    assert plans[0].tag == plans[1].tag
+
+    outcomes = await asyncio.gather(
+        builder.ensure_image(first, BASE_MAP), builder.ensure_image(second, BASE_MAP)
+    )
+    assert sorted(o.status for o in outcomes) == ["built", "cached"]
+    assert {o.tag for o in outcomes} == {plans[0].tag}
+    again = await ImageBuilder().ensure_image(first, BASE_MAP)
+    assert (again.tag, again.status) == (plans[0].tag, "cached")
+
+    image = docker.from_env().images.get(plans[0].tag)
+    assert image.labels.get("trialbox.task") in {"first", "second"}
+
+
+async def test_the_tag_is_a_hash_of_the_build_inputs(make_task, docker_ready) -> None:
+    builder = ImageBuilder()
+    base = load_task(make_task("base", files={"environment/data.txt": "one\n"}))
+    same = load_task(make_task("same", files={"environment/data.txt": "one\n"}))
+    other_file = load_task(make_task("other", files={"environment/data.txt": "two\n"}))
+    executable = make_task("exec", files={"environment/data.txt": "one\n"})
+    (executable / "environment" / "data.txt").chmod(0o755)
+    tests_differ = load_task(
+        make_task("tests", files={"environment/data.txt": "one\n"}, test_sh="#!/bin/sh\n")
+    )
+
+    tag = (await builder.plan(base, BASE_MAP)).tag
+    assert tag.startswith(f"{TASK_REPO}:")
+    assert (await builder.plan(base, BASE_MAP)).tag == tag
+    assert (await builder.plan(same, BASE_MAP)).tag == tag
+    # Only the build context (environment/) and the mapping count, not tests or solution.
+    assert (await builder.plan(tests_differ, BASE_MAP)).tag == tag
+    assert (await builder.plan(other_file, BASE_MAP)).tag != tag
+    assert (await builder.plan(load_task(executable), BASE_MAP)).tag != tag
+    assert (await builder.plan(base, {})).tag != tag
+
+
+async def test_plan_patches_the_dockerfile(make_task, docker_ready) -> None:
+    builder = ImageBuilder()
+    plan = await builder.plan(load_task(make_task()), BASE_MAP)
+    tools = await builder.tools_image()
+
+    assert plan.dockerfile.startswith("FROM trialbox-base/python3:bookworm\nWORKDIR /app\n")
+    assert f"COPY --from={tools} /uv /opt/trialbox/uv" in plan.dockerfile
+    assert plan.context["Dockerfile"][0] == plan.dockerfile.encode()
+    assert plan.timeout_sec == 600.0
+
+
+async def test_prebuilt_image_task_gets_the_runtime_layer(make_task, docker_ready) -> None:
+    task = make_task(
+        "prebuilt",
+        dockerfile=None,
+        task_toml='[environment]\ndocker_image = "python:3.11-slim-bookworm"\n',
+    )
+    plan = await ImageBuilder().plan(load_task(task), BASE_MAP)
+
+    assert plan.dockerfile.startswith("FROM trialbox-base/python3:bookworm\n")
+    assert "/opt/trialbox/venv" in plan.dockerfile
+    assert set(plan.context) == {"Dockerfile"}
+
+
+async def test_non_root_user_is_restored_after_the_patch(config: TrialConfig, make_task) -> None:
+    # No marker: this image is cached after the first run of the suite.
+    task = make_task(
+        "as-nobody",
+        dockerfile="FROM python:3.11-slim-bookworm\nUSER nobody\nWORKDIR /tmp\n",
+        test_sh=(
+            "#!/bin/sh\nid -un\n"
+            "/opt/trialbox/venv/bin/python -c 'import container_runtime, pydantic' "
+            "&& echo 1 > /logs/verifier/reward.txt\n"
+        ),
+    )
+    result = await run_trial(task, "command:id -un", config=config)
+
+    assert result.error is None, result.error
+    assert result.reward == 1.0
+    logs = Path(result.trial_dir) / "logs"
+    assert (logs / "agent" / "stdout.txt").read_text() == "nobody\n"
+    # The verifier runs as root, so /tests (which may hold the label) can be root-only.
+    assert (logs / "verifier" / "test-stdout.txt").read_text().startswith("root\n")
+
+
+async def test_plan_refuses_symlinks_out_of_the_task(
+    make_task, tmp_path: Path, docker_ready
+) -> None:
+    outside = tmp_path / "host-secret.txt"
+    outside.write_text("host secret\n")
+    task = make_task("leaky")
+    (task / "environment" / "leak.txt").symlink_to(outside)
+
+    try:
+        plan = await ImageBuilder().plan(load_task(task), BASE_MAP)
+    except TaskError:
+        return
+    assert all(b"host secret" not in data for data, _mode in plan.context.values())

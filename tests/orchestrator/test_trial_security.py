@@ -1,0 +1,188 @@
+"""What an agent must not be able to do: fake its reward, find the label, leak secrets,
+exhaust the host's memory, or reach the network by default."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from container_runtime.contract import ContainerInput, read_model
+from orchestrator import TrialConfig, run_trial
+from orchestrator.archive import TRUNCATION_NOTE
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HELLO = REPO_ROOT / "examples" / "hello-oracle"
+
+
+async def test_prewritten_reward_files_are_discarded(config: TrialConfig) -> None:
+    cheat = (
+        "command:mkdir -p /logs/verifier && "
+        "echo '{\"reward\": 1}' > /logs/verifier/reward.json && "
+        "echo 1 > /logs/verifier/reward.txt"
+    )
+    result = await run_trial(HELLO, cheat, config=config)
+
+    assert result.agent.exit_code == 0
+    assert result.status == "success"
+    assert result.reward == 0.0
+    assert result.rewards == {"reward": 0.0}
+    assert not (Path(result.trial_dir) / "logs" / "verifier" / "reward.json").exists()
+
+
+async def test_agent_cannot_find_the_label(config: TrialConfig, make_task) -> None:
+    label = f"label-{uuid.uuid4().hex}-{uuid.uuid4().hex}"
+    test_sh = textwrap.dedent(
+        """\
+        #!/bin/sh
+        if [ -f /app/found.txt ] && [ ! -s /app/found.txt ]; then
+          echo 1 > /logs/verifier/reward.txt
+        else
+          echo "the agent found the label in: $(cat /app/found.txt 2>&1)"
+          echo 0 > /logs/verifier/reward.txt
+        fi
+        """
+    )
+    task = make_task("find-the-label", test_sh=test_sh)
+    # -l lists file names only, so the hits file never holds the label itself.
+    search = (
+        f"grep -rlsF -D skip --exclude-dir=proc --exclude-dir=sys -e {shlex.quote(label)} / "
+        "> /tmp/hits.txt; mv /tmp/hits.txt /app/found.txt"
+    )
+    result = await run_trial(task, f"command:{search}", config=config, metadata={"label": label})
+
+    assert result.error is None, result.error
+    trial_dir = Path(result.trial_dir)
+    assert result.reward == 1.0, (trial_dir / "logs/verifier/test-stdout.txt").read_text()
+    staged = trial_dir / "logs" / "agent" / "container_input.json"
+    assert label not in staged.read_text()
+    assert "label" not in read_model(staged, ContainerInput).metadata
+    label_file = trial_dir / "task" / "tests" / "label.json"
+    assert label in label_file.read_text()
+    # The source task is never modified.
+    assert not (task / "tests" / "label.json").exists()
+
+
+async def test_credentials_are_scrubbed_everywhere(make_task, config: TrialConfig) -> None:
+    secret = "sk-secret-value-123"
+    config = config.model_copy(update={"credentials": {"MY_API_KEY": secret}})
+    # The verifier does not get the agent's credentials.
+    test_sh = (
+        '#!/bin/sh\nif [ -z "$MY_API_KEY" ]; then echo 1; else echo 0; fi'
+        " > /logs/verifier/reward.txt\n"
+    )
+    task = make_task("echo-secret", test_sh=test_sh)
+    agent = (
+        'command:echo "key=$MY_API_KEY"; echo "err=$MY_API_KEY" >&2; '
+        'echo "$MY_API_KEY" > /logs/artifacts/key.txt; '
+        'printf "{\\"k\\": \\"%s\\"}" "$MY_API_KEY" > /logs/agent/trajectory.json; exit 9'
+    )
+    result = await run_trial(task, agent, config=config)
+
+    assert result.agent.exit_code == 9
+    assert result.reward == 1.0
+    trial_dir = Path(result.trial_dir)
+    collected = [p for p in trial_dir.rglob("*") if p.is_file()]
+    assert trial_dir / "result.json" in collected
+    assert len(collected) > 5
+    for path in collected:
+        assert secret.encode() not in path.read_bytes(), f"{path} holds the secret"
+    assert (trial_dir / "logs/agent/stdout.txt").read_text() == "key=[redacted]\n"
+    assert (trial_dir / "logs/agent/stderr.txt").read_text() == "err=[redacted]\n"
+    assert (trial_dir / "logs/artifacts/key.txt").read_text() == "[redacted]\n"
+    staged = read_model(trial_dir / "logs/agent/container_input.json", ContainerInput)
+    assert staged.credentials_ref == "MY_API_KEY"
+    assert secret not in repr(config)
+
+
+async def test_no_network_by_default(config: TrialConfig, make_task) -> None:
+    probe = (
+        "import socket\n"
+        "s = socket.socket()\n"
+        "s.settimeout(3)\n"
+        "try:\n"
+        "    s.connect(('1.1.1.1', 53)); r = 0\n"
+        "except OSError:\n"
+        "    r = 1\n"
+        "open('/logs/verifier/reward.txt', 'w').write(str(r))\n"
+        "names = [n for n in socket.if_nameindex() if n[1] != 'lo']\n"
+        "print('interfaces besides lo:', names)\n"
+    )
+    task = make_task("offline", test_sh="#!/bin/sh\npython3 /tests/probe.py\n")
+    (task / "tests" / "probe.py").write_text(probe)
+    result = await run_trial(task, "nop", config=config)
+
+    assert result.reward == 1.0
+    out = (Path(result.trial_dir) / "logs/verifier/test-stdout.txt").read_text()
+    assert "interfaces besides lo: []" in out
+
+
+async def test_huge_agent_output_keeps_host_memory_flat(tmp_path: Path, docker_ready) -> None:
+    cap = 1024 * 1024
+    script = textwrap.dedent(
+        f"""
+        import json, resource, sys
+        from pathlib import Path
+        from orchestrator import TrialConfig, run_trial_sync
+
+        config = TrialConfig(
+            base_image_map={{"python:3.11-slim-bookworm": "trialbox-base/python3:bookworm"}},
+            jobs_dir=Path({str(tmp_path / "jobs")!r}),
+            log_file_cap_bytes={cap},
+        )
+        result = run_trial_sync(
+            {str(HELLO)!r}, "command:head -c 300000000 /dev/zero | tr '\\\\0' x", config=config
+        )
+        print(json.dumps({{
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "trial_dir": result.trial_dir,
+            "status": result.status,
+            "exit_code": result.agent.exit_code,
+        }}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["status"] == "success"
+    assert report["exit_code"] == 0
+    maxrss_mb = report["maxrss_kb"] / 1024
+    assert maxrss_mb < 250, f"the host process peaked at {maxrss_mb:.0f} MB"
+    stdout = Path(report["trial_dir"]) / "logs" / "agent" / "stdout.txt"
+    note = TRUNCATION_NOTE % cap
+    assert stdout.stat().st_size == cap + len(note)
+    with stdout.open("rb") as handle:
+        assert handle.read(cap) == b"x" * cap
+        assert handle.read() == note
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="gap: a process the agent leaves running rewrites /logs/verifier/reward.json after "
+    "the verifier dir is emptied, and reward.json wins over the verifier's reward.txt",
+)
+async def test_lingering_process_cannot_forge_the_reward(config: TrialConfig) -> None:
+    forger = (
+        "command:echo '{\"reward\": 1}' > /tmp/r.json; "
+        "nohup sh -c 'while :; do mkdir -p /logs/verifier; "
+        "cp /tmp/r.json /logs/verifier/reward.json; sleep 0.02; done' >/dev/null 2>&1 &"
+    )
+    result = await run_trial(HELLO, forger, config=config)
+
+    assert result.reward == 0.0
