@@ -154,10 +154,12 @@ class Trial:
         self.result.status = "grading"
         if self._on_grading is not None:
             self._on_grading(self)
-        # Whatever the agent wrote into /logs/verifier (a pre-written reward) goes first.
+        # Whatever the agent wrote into /logs/verifier (a pre-written reward) goes first; the
+        # new folder is root's, so processes an agent left running as another user cannot
+        # write a reward into it while the verifier runs.
         reset = (
             f"rm -rf {paths.VERIFIER_DIR} {paths.TESTS_DIR} && mkdir -p {paths.VERIFIER_DIR}"
-            f" && chmod 0777 {paths.VERIFIER_DIR}"
+            f" && chmod 0755 {paths.VERIFIER_DIR}"
         )
         cleared = await sandbox.exec(reset, timeout_sec=30, user="root")
         if cleared.exit_code != 0:
