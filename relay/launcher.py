@@ -61,9 +61,46 @@ def launcher_script(paths: LaunchPaths, subject: str, *, has_env: bool) -> str:
         f" exit {SCOPE_UNAVAILABLE_EXIT}; fi",
     ]
     if has_env:
-        lines.append(f"set -a; . {env_file}; set +a; rm -f {env_file}")
+        lines += [
+            f"if [ ! -r {env_file} ]; then rm -f {env_file} 2>/dev/null;"
+            f" echo {q(paths.scope_marker)} >&2; exit {SCOPE_UNAVAILABLE_EXIT}; fi",
+            f"set -a; . {env_file}; set +a; rm -f {env_file}",
+        ]
     lines += [
         f"exec >{q(paths.stdout)} 2>{q(paths.stderr)} </dev/null",
         f"exec sh -c {q(subject)}",
     ]
     return "\n".join(lines)
+
+
+def leader_probe_script(paths: LaunchPaths) -> str:
+    """Prints the subject leader's pid, checked: a process started by `docker exec` (its
+    parent is outside the container, so PPid is 0), not init, not this probe nor the
+    `timeout` wrapper that may run it.
+
+    The pid file is the first guess; a subject can rewrite it, so when the guess fails the
+    check the probe looks for the one process that passes it. None, or two: no answer.
+    """
+    return "\n".join(
+        [
+            "is_leader() {",
+            '  case "$1" in ""|*[!0-9]*) return 1;; esac',
+            '  [ "$1" -gt 1 ] && [ "$1" != "$$" ] && [ "$1" != "$PPID" ] || return 1',
+            '  [ -r "/proc/$1/status" ] || return 1',
+            "  while read -r key value _; do",
+            '    [ "$key" = PPid: ] && { [ "$value" = 0 ]; return; }',
+            '  done < "/proc/$1/status"',
+            "  return 1",
+            "}",
+            f"pid=$(cat {shlex.quote(paths.pid_file)} 2>/dev/null)",
+            'if is_leader "$pid"; then echo "$pid"; exit 0; fi',
+            'found=""',
+            "for dir in /proc/[0-9]*; do",
+            "  candidate=${dir#/proc/}",
+            '  is_leader "$candidate" || continue',
+            '  [ -z "$found" ] || exit 3',
+            "  found=$candidate",
+            "done",
+            '[ -n "$found" ] && echo "$found"',
+        ]
+    )

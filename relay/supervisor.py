@@ -23,6 +23,7 @@ from relay.launcher import (
     LaunchPaths,
     env_file_text,
     launcher_script,
+    leader_probe_script,
 )
 from relay.outcome import TIMEOUT_EXIT_CODE, Ending, RelayOutcome, RelayPolicy
 from relay.protocol import ExecOutput, RelaySandbox
@@ -60,44 +61,51 @@ class Relay:
         self.outcome: RelayOutcome | None = None
         self._subject: asyncio.Task[ExecOutput] | None = None
         self._pid: int | None = None
-        self._destroyed = False
+        self._destroy_task: asyncio.Task[None] | None = None
 
     # -- launch -------------------------------------------------------------------------------
 
     async def _stage_env(self, env: Mapping[str, str], user: str) -> None:
+        """Upload the credentials as a 0600 file owned by whoever the subject will run as."""
         owner = (0, 0)
-        if user and user not in ("root", "0"):
-            ids = await self.sandbox.exec("id -u; id -g", timeout_sec=10, user=user)
+        if user not in ("root", "0"):  # "" is the image's own USER, which may not be root
+            ids = await self._bounded_exec("id -u; id -g", user=user)
             numbers = (ids.output or "").split()
             if ids.exit_code != 0 or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
-                raise RuntimeError(f"cannot resolve the uid/gid of user {user!r}")
+                raise RuntimeError(f"cannot resolve the uid/gid of user {user or '(default)'!r}")
             owner = (int(numbers[0]), int(numbers[1]))
         await self.sandbox.upload_file(
             self.paths.env_file, env_file_text(env), mode=0o600, owner=owner
         )
 
+    async def _bounded_exec(
+        self, command: str, *, user: str = "root", within: float | None = None
+    ) -> ExecOutput:
+        """A short exec whose host-side wait never outlasts `within` (the budget left)."""
+        limit = self.policy.signal_timeout if within is None else max(0.1, within)
+        return await asyncio.wait_for(
+            self.sandbox.exec(command, timeout_sec=limit, user=user), limit + 1.0
+        )
+
     async def _remove_env_file(self) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(
-                self.sandbox.exec(f"rm -f {self.paths.env_file}", timeout_sec=10, user="root"),
-                self.policy.signal_timeout + 10,
-            )
+            await self._bounded_exec(f"rm -f {self.paths.env_file}")
 
     async def _read_pid(self, within: float) -> None:
-        """Read the pid file the launcher wrote before it exec'd the subject.
+        """Learn the leader's pid, checked in the sandbox (see `leader_probe_script`).
 
-        It is read only when a signal is needed, which saves an exec per trial. A subject that
-        rewrites the file only misdirects the signals: the leader's exec then never returns,
-        and the relay fails closed.
+        It is read only when a signal is needed, which saves an exec per trial; the check makes
+        a rewritten pid file harmless.
         """
         deadline = time.monotonic() + within
         while self._pid is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
             with contextlib.suppress(Exception):
-                got = await asyncio.wait_for(
-                    self.sandbox.exec(
-                        f"cat {self.paths.pid_file} 2>/dev/null", timeout_sec=5, user="root"
-                    ),
-                    self.policy.signal_timeout + 5,
+                got = await self._bounded_exec(
+                    leader_probe_script(self.paths),
+                    within=min(self.policy.signal_timeout, remaining),
                 )
                 text = (got.output or "").strip()
                 if got.exit_code == 0 and text.isdigit() and int(text) > 1:
@@ -151,10 +159,10 @@ class Relay:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             task.cancel()
-            await self._destroy("a cancel arrived during cleanup")
             self.outcome = RelayOutcome(
                 Ending.ABORTED, sandbox_destroyed=True, detail="cancelled during cleanup"
             )
+            await self._destroy("a cancel arrived during cleanup")
             raise
         except Exception as exc:
             log.warning("relay cleanup failed, destroying the sandbox: %r", exc)
@@ -178,7 +186,8 @@ class Relay:
             return RelayOutcome(
                 Ending.INFRA_FAILURE,
                 sandbox_destroyed=True,
-                detail="scope unavailable: the launcher could not record the subject's pid",
+                detail="scope unavailable: the launcher could not record the subject's pid "
+                "or read its credentials file; the subject did not run",
             )
         if result.exit_code is None:
             await self._destroy("the subject's exit code could not be read")
@@ -189,19 +198,23 @@ class Relay:
 
     # -- framework timeout: stop only the leader ----------------------------------------------
 
-    async def _signal(self, target: str, signal: str) -> bool:
+    async def _signal(self, target: str, signal: str, *, within: float | None = None) -> bool:
         """Send `signal` to a pid (`123`) or a group (`-123`); False when it could not be sent."""
         try:
-            got = await asyncio.wait_for(
-                self.sandbox.exec(
-                    f"kill -{signal} {target}", timeout_sec=self.policy.signal_timeout, user="root"
-                ),
-                self.policy.signal_timeout + 5,
-            )
+            got = await self._bounded_exec(f"kill -{signal} {target}", within=within)
         except Exception as exc:
             log.warning("relay could not send %s to %s: %r", signal, target, exc)
             return False
         return got.exit_code == 0
+
+    def _subject_confirmed_gone(self) -> bool:
+        """Only an exec that returned cleanly, with an exit code, confirms the leader's end."""
+        subject = self._subject
+        if subject is None or not subject.done() or subject.cancelled():
+            return False
+        if subject.exception() is not None:
+            return False
+        return subject.result().exit_code is not None
 
     async def _stop_leader(self, agent_timeout: float) -> RelayOutcome:
         started = time.monotonic()
@@ -217,10 +230,12 @@ class Relay:
                 wait_until = min(time.monotonic() + grace, budget_end)
                 if wait_until <= time.monotonic():
                     break
-                await self._signal(str(self._pid), signal)
+                await self._signal(str(self._pid), signal, within=wait_until - time.monotonic())
                 # Only the exec's return confirms the leader is gone: a vanished pid is not proof.
                 await asyncio.wait({self._subject}, timeout=max(0.0, wait_until - time.monotonic()))
                 if self._subject.done():
+                    if not self._subject_confirmed_gone():
+                        break  # the exec failed: nothing is confirmed, fail closed below
                     return RelayOutcome(
                         Ending.TIMEOUT,
                         exit_code=TIMEOUT_EXIT_CODE,
@@ -239,14 +254,7 @@ class Relay:
 
     async def _group_state(self) -> GroupState:
         try:
-            got = await asyncio.wait_for(
-                self.sandbox.exec(
-                    f"kill -0 -{self._pid} 2>&1; echo rc=$?",
-                    timeout_sec=self.policy.signal_timeout,
-                    user="root",
-                ),
-                self.policy.signal_timeout + 5,
-            )
+            got = await self._bounded_exec(f"kill -0 -{self._pid} 2>&1; echo rc=$?")
         except Exception:
             return GroupState.UNKNOWN
         text = (got.output or "").lower()
@@ -300,15 +308,17 @@ class Relay:
     # -- the last resort ----------------------------------------------------------------------
 
     async def _destroy(self, why: str, *, deadline: float | None = None) -> None:
-        """Destroy the sandbox within a deadline; a cancel meanwhile waits for it first."""
-        if self._destroyed:
-            return
-        self._destroyed = True
-        log.info("relay destroys the sandbox: %s", why)
-        if self._subject is not None and not self._subject.done():
-            self._subject.cancel()
+        """Destroy the sandbox within a deadline; a cancel meanwhile waits for it first.
+
+        Called again (a second cancel during cleanup), it waits for the same destroy.
+        """
+        if self._destroy_task is None:
+            log.info("relay destroys the sandbox: %s", why)
+            if self._subject is not None and not self._subject.done():
+                self._subject.cancel()
+            self._destroy_task = asyncio.ensure_future(self.sandbox.destroy())
+        destroy = self._destroy_task
         limit = self.policy.destroy_deadline if deadline is None else max(deadline, 1.0)
-        destroy = asyncio.ensure_future(self.sandbox.destroy())
         end = time.monotonic() + limit
         cancelled = False
         while not destroy.done() and time.monotonic() < end:
@@ -318,7 +328,7 @@ class Relay:
                 cancelled = True  # finish (or time out) the destroy first, then propagate
         if not destroy.done():
             log.error("relay: destroy did not finish within %.1f s", limit)
-        elif destroy.exception() is not None:
+        elif not destroy.cancelled() and destroy.exception() is not None:
             log.error("relay: destroy failed: %r", destroy.exception())
         if cancelled:
             raise asyncio.CancelledError
