@@ -13,7 +13,7 @@ import logging
 import math
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from orchestrator.ttl_cache import TtlCache
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_SEC = 15 * 60
+CALLBACK_DRAIN_SEC = 30.0
 _engines: weakref.WeakSet[TrialEngine] = weakref.WeakSet()
 
 
@@ -50,7 +51,6 @@ class _Rollout:
     trial_id: str
     trial: Trial | None = None
     runner: asyncio.Task[None] | None = None
-    callbacks: set[asyncio.Task[bool]] = field(default_factory=set)
 
     @property
     def running(self) -> bool:
@@ -91,6 +91,7 @@ class TrialEngine:
         self._tasks: dict[Path, Task] = {}
         self._agents: dict[str, Agent] = {}
         self._closed = False
+        self._deliveries: set[asyncio.Task[bool]] = set()
         self._mean_trial_sec = 10.0
         self.loop: asyncio.AbstractEventLoop | None = None
         _engines.add(self)
@@ -165,6 +166,8 @@ class TrialEngine:
         )  # fmt: skip
         self._live[request.rollout_id] = rollout
         rollout.runner = asyncio.create_task(self._drive(rollout), name=request.rollout_id)
+        # A runner cancelled before its first step never enters _drive: settle it here.
+        rollout.runner.add_done_callback(lambda _task: self._settle_if_live(rollout))
         return request.rollout_id
 
     async def wait(self, rollout_id: str) -> TrialResult:
@@ -197,8 +200,8 @@ class TrialEngine:
             error=result.error.message if result and result.error else None,
         )
         sent = asyncio.create_task(deliver(str(url), payload))
-        rollout.callbacks.add(sent)
-        sent.add_done_callback(rollout.callbacks.discard)
+        self._deliveries.add(sent)
+        sent.add_done_callback(self._deliveries.discard)
 
     async def _drive(self, rollout: _Rollout) -> None:
         request = rollout.request
@@ -240,6 +243,10 @@ class TrialEngine:
             error=error, started_at=now, finished_at=now, trial_dir="",
         )  # fmt: skip
 
+    def _settle_if_live(self, rollout: _Rollout) -> None:
+        if self._live.get(rollout.request.rollout_id) is rollout:
+            self._settle(rollout, self._cancelled_result(rollout))
+
     def _settle(self, rollout: _Rollout, result: TrialResult) -> None:
         rollout_id = rollout.request.rollout_id
         self._live.pop(rollout_id, None)
@@ -265,6 +272,8 @@ class TrialEngine:
         rollout = self._live.get(rollout_id)
         if rollout is not None:
             state = "queued" if rollout.trial is None else rollout.trial.result.status
+            if state in ("success", "failure", "cancelled"):
+                state = "grading"  # outcome known, result still being written: not final yet
             return RolloutStatus(rollout_id=rollout_id, status=state)
         finished = self._finished.get(rollout_id)
         return finished or RolloutStatus(rollout_id=rollout_id, status="unknown")
@@ -336,6 +345,8 @@ class TrialEngine:
         if self._live:
             log.warning("shutdown: aborting %d rollout(s) still in flight", len(self._live))
             await self.cancel(all=True)
+        if self._deliveries:  # callbacks of the last rollouts still go out, within a bound
+            await asyncio.wait(set(self._deliveries), timeout=CALLBACK_DRAIN_SEC)
 
     async def __aenter__(self) -> TrialEngine:
         return self

@@ -39,9 +39,7 @@ class PrewarmError(TrialboxError):
     def __init__(self, rows: list[PrewarmRow]) -> None:
         self.rows = rows
         failed = [r for r in rows if r.status == "failed"]
-        reasons = "; ".join(
-            f"{', '.join(r.tasks)}: {(r.error or '').splitlines()[0]}" for r in failed
-        )
+        reasons = "; ".join(f"{', '.join(r.tasks)}: {_first_line(r.error)}" for r in failed)
         super().__init__(f"{len(failed)} of {len(rows)} image(s) failed to build: {reasons}")
 
 

@@ -98,7 +98,7 @@ def create_app(
         if request.all and not _authorized(token, authorization):
             raise HTTPException(401, "cancelling all rollouts needs the admin bearer token")
         if request.ids is not None:
-            bad = [i for i in request.ids if not re.match(ROLLOUT_ID_PATTERN, i)]
+            bad = [i for i in request.ids if not re.fullmatch(ROLLOUT_ID_PATTERN, i)]
             if bad:
                 raise HTTPException(422, f"invalid rollout ids: {bad[:5]}")
         try:
