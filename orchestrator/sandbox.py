@@ -26,6 +26,19 @@ LABEL_OWNER = "trialbox.owner"
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 KILL_AFTER_SEC = 5.0
 HOST_BACKSTOP_SEC = 15.0
+CREATE_SETTLE_SEC = 60.0
+
+
+async def _settle(task: asyncio.Future[object], limit: float) -> bool:
+    """Wait up to `limit` for `task` to end, riding out cancels; True if one arrived."""
+    cancelled = False
+    deadline = time.monotonic() + limit
+    while not task.done() and time.monotonic() < deadline:
+        try:
+            await asyncio.wait({task}, timeout=deadline - time.monotonic())
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
 
 
 class SandboxSpec(BaseModel):
@@ -39,6 +52,10 @@ class SandboxSpec(BaseModel):
     memory_mb: int = 2048
     pids_limit: int = 1024
     network_mode: str = "none"
+
+    @property
+    def container_name(self) -> str:
+        return f"trialbox-{self.trial_id}"
 
     @property
     def labels(self) -> dict[str, str]:
@@ -74,7 +91,12 @@ class DockerSandbox:
 
     @classmethod
     async def create(cls, spec: SandboxSpec) -> DockerSandbox:
-        """Create and start the container; a cancel at any point leaves nothing behind."""
+        """Create and start the container; a cancel or error at any point leaves nothing.
+
+        The container is named after the trial, so whatever went wrong (a cancel while the
+        engine was creating it, or a retried create whose first try did succeed) it can be
+        found and removed by that name.
+        """
         client = docker_api.docker_client()
         creating = asyncio.ensure_future(
             docker_api.call(
@@ -85,12 +107,8 @@ class DockerSandbox:
                 command=["infinity"],
                 init=True,
                 detach=True,
-                name=f"trialbox-{spec.trial_id}",
-                labels={
-                    LABEL_TRIAL: spec.trial_id,
-                    LABEL_JOB: spec.job_id,
-                    LABEL_OWNER: spec.owner,
-                },
+                name=spec.container_name,
+                labels=spec.labels,
                 network_mode=spec.network_mode,
                 nano_cpus=int(spec.cpus * 1e9),
                 mem_limit=f"{spec.memory_mb}m",
@@ -100,17 +118,13 @@ class DockerSandbox:
         )
         try:
             container = await asyncio.shield(creating)
-        except asyncio.CancelledError:
-            # The engine finishes the create in its thread anyway: remove what it makes.
-            await asyncio.wait({creating}, timeout=60)
-            if creating.done() and not creating.cancelled() and creating.exception() is None:
-                await cls(creating.result().id, spec).destroy()
-            raise
-        sandbox = cls(container.id, spec)
-        try:
+            sandbox = cls(container.id, spec)
             await docker_api.call(f"start container {container.short_id}", container.start)
         except BaseException:
-            await sandbox.destroy()
+            cancelled = await _settle(creating, CREATE_SETTLE_SEC)
+            await cls(spec.container_name, spec).destroy()
+            if cancelled:
+                raise asyncio.CancelledError from None
             raise
         return sandbox
 
