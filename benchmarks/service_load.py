@@ -4,6 +4,10 @@ Starts `trialbox serve` (a nop task, 4 slots) as its own process on loopback, su
 rollouts, then, while they queue and run, times GET /rollouts/{id} and single-id cancels.
 Everything still in flight is cancelled by prefix at the end and the server is shut down.
 
+The floor, measured in the same window: a bare asyncio HTTP server in a process of its own
+that answers every GET with a fixed JSON body. Its latency is what this machine gives any
+server while the trials' containers load the cores; status / floor is what trialbox adds.
+
     python benchmarks/service_load.py [-n 1000] [--base-image FROM=LOCAL]
 
 Targets: p99 status latency under 20 ms; the server's peak RSS under 300 MB.
@@ -28,6 +32,23 @@ from pathlib import Path
 import httpx
 
 DEFAULT_MAP = "python:3.11-slim-bookworm=trialbox-base/python3:bookworm"
+
+FLOOR_SERVER = """
+import asyncio, sys
+BODY = b'{"rollout_id": "x", "status": "queued"}'
+HEAD = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: %d\\r\\n\\r\\n"
+async def serve(reader, writer):
+    while True:
+        request = await reader.readuntil(b"\\r\\n\\r\\n")
+        if not request:
+            break
+        writer.write(HEAD % len(BODY) + BODY)
+        await writer.drain()
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", int(sys.argv[1]))
+    await server.serve_forever()
+asyncio.run(main())
+"""
 
 
 def make_task(root: Path) -> Path:
@@ -61,7 +82,7 @@ def percentile(values: list[float], q: float) -> float:
 def line(name: str, seconds: list[float]) -> str:
     ms = [s * 1000 for s in seconds]
     return (
-        f"{name:<22} n={len(ms):<5} p50 {statistics.median(ms):6.2f} ms   "
+        f"{name:<26} n={len(ms):<5} p50 {statistics.median(ms):6.2f} ms   "
         f"p99 {percentile(ms, 0.99):6.2f} ms   max {max(ms):6.2f} ms"
     )
 
@@ -96,9 +117,14 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
             stderr=(root / "server.log").open("w"),
         )  # fmt: skip
+        floor_port = free_port()
+        floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, str(floor_port)])
         base = f"http://127.0.0.1:{port}"
         try:
-            with httpx.Client(base_url=base, timeout=30) as client:
+            with (
+                httpx.Client(base_url=base, timeout=30) as client,
+                httpx.Client(base_url=f"http://127.0.0.1:{floor_port}", timeout=30) as bare,
+            ):
                 for _ in range(600):
                     try:
                         if client.get("/healthz").status_code == 200:
@@ -123,6 +149,7 @@ def main() -> None:
                 submit_wall = time.perf_counter() - started
 
                 statuses: list[float] = []
+                floors: list[float] = []
                 seen: dict[str, int] = {}
                 deadline = time.perf_counter() + args.probe_sec
                 while time.perf_counter() < deadline:
@@ -131,6 +158,7 @@ def main() -> None:
                     statuses.append(elapsed)
                     state = response.json()["status"]
                     seen[state] = seen.get(state, 0) + 1
+                    floors.append(timed(lambda: bare.get("/"))[0])
 
                 queued = [
                     i for i in ids if client.get(f"/rollouts/{i}").json()["status"] == "queued"
@@ -142,6 +170,7 @@ def main() -> None:
                 rest = client.post("/rollouts/cancel", json={"prefix": f"bench-{nonce}::"}).json()
                 rss = peak_rss_mb(server.pid)
         finally:
+            floor.kill()
             server.send_signal(signal.SIGINT)
             try:
                 server.wait(timeout=120)
@@ -151,11 +180,14 @@ def main() -> None:
     print(f"{args.n} rollouts submitted in {submit_wall:.1f} s; states seen while probing: {seen}")
     print(line("submit (POST)", submits))
     print(line("status (GET), loaded", statuses))
+    print(line("floor (bare asyncio GET)", floors))
     print(line("cancel one id (POST)", cancels))
     print(f"cancel by prefix at the end: {len(rest['dispositions'])} dispositions")
     print(f"server peak RSS: {rss:.0f} MB")
     print()
-    print(f"p99 status latency {percentile(statuses, 0.99) * 1000:.2f} ms (target < 20 ms)")
+    p99, floor_p99 = percentile(statuses, 0.99), percentile(floors, 0.99)
+    print(f"p99 status latency {p99 * 1000:.2f} ms (target < 20 ms)")
+    print(f"p99 status / p99 floor = {p99 / floor_p99:.2f}x (what trialbox adds on this machine)")
     print(f"peak RSS {rss:.0f} MB (target < 300 MB)")
 
 
