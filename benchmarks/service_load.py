@@ -30,8 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-
-DEFAULT_MAP = "python:3.11-slim-bookworm=trialbox-base/python3:bookworm"
+from bench_common import DEFAULT_MAP, make_task, percentile
 
 FLOOR_SERVER = """
 import asyncio, sys
@@ -51,16 +50,6 @@ asyncio.run(main())
 """
 
 
-def make_task(root: Path) -> Path:
-    task = root / "bench-nop"
-    (task / "environment").mkdir(parents=True)
-    (task / "tests").mkdir()
-    (task / "instruction.md").write_text("Do nothing.\n")
-    (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\n")
-    (task / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-    return task
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -72,11 +61,6 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def line(name: str, seconds: list[float]) -> str:

@@ -26,23 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import docker
+from bench_common import DEFAULT_MAP, make_task, percentile
 
 from orchestrator import TrialConfig, load_task, run_trial
 from orchestrator.config import parse_image_map
 from orchestrator.images import default_builder
-
-DEFAULT_MAP = "python:3.11-slim-bookworm=trialbox-base/python3:bookworm"
-
-
-def make_task(root: Path) -> Path:
-    task = root / "bench-nop"
-    (task / "environment").mkdir(parents=True)
-    (task / "tests").mkdir()
-    (task / "instruction.md").write_text("Do nothing.\n")
-    (task / "task.toml").write_text("[agent]\ntimeout_sec = 30\n[verifier]\ntimeout_sec = 30\n")
-    (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\n")
-    (task / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-    return task
 
 
 def input_tar() -> bytes:
@@ -79,11 +67,6 @@ def floor_trial(client: docker.DockerClient, image: str, payload: bytes) -> floa
     finally:
         container.remove(force=True)
     return time.perf_counter() - started
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def report(name: str, durations: list[float], wall: float) -> dict[str, float]:

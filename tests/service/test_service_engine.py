@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -28,29 +27,13 @@ from orchestrator.abort import abort
 from orchestrator.engine import TrialEngine
 from orchestrator.rollouts import EngineClosed, RolloutRequest, RolloutStatus
 from orchestrator.server import create_app
-
-HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
-LONG = "command:sleep 60"
-TERMINAL = {"success", "failure", "cancelled"}
-MakeEngine = Callable[..., TrialEngine]
-
-
-@pytest.fixture
-async def make_engine(config: TrialConfig) -> AsyncIterator[MakeEngine]:
-    """Engines on the example task (agent nop by default); all shut down without a drain."""
-    made: list[TrialEngine] = []
-
-    def make(**kwargs: Any) -> TrialEngine:
-        kwargs.setdefault("config", config)
-        kwargs.setdefault("task", HELLO)
-        kwargs.setdefault("agent", "nop")
-        engine = TrialEngine(**kwargs)
-        made.append(engine)
-        return engine
-
-    yield make
-    for engine in made:
-        await engine.shutdown(drain_sec=0)
+from tests.service.conftest import (
+    LONG,
+    TERMINAL,
+    MakeEngine,
+    our_container_names,
+    until_sandbox_up,
+)
 
 
 async def until_status(
@@ -73,32 +56,6 @@ async def until(condition: Callable[[], bool], what: str, within: float = 15.0) 
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-def our_containers(client: docker.DockerClient, config: TrialConfig) -> list[str]:
-    found = client.containers.list(
-        all=True, filters={"label": ["trialbox.trial", f"trialbox.owner={config.owner}"]}
-    )
-    return [c.name for c in found]
-
-
-async def until_sandbox_up(
-    client: docker.DockerClient, engine: TrialEngine, rollout_id: str, within: float = 30.0
-) -> None:
-    """The rollout's container runs, so a cancel now is a host abort of a started agent
-    (`running` is reported from the trial's first phase, before any container exists)."""
-    name = "trialbox-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", rollout_id).strip("-.")[:60] + "__"
-    job = f"trialbox.job={engine.job_id}"
-
-    def names() -> list[str]:
-        running = client.containers.list(filters={"label": job, "status": "running"})
-        return [c.name for c in running]
-
-    deadline = time.monotonic() + within
-    while not any(n.startswith(name) for n in await asyncio.to_thread(names)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no running container for {rollout_id}")
         await asyncio.sleep(0.05)
 
 
@@ -150,7 +107,7 @@ async def test_shutdown_drains_quick_rollouts_then_aborts_the_rest(
         assert refused.status_code == 503, refused.text
     with pytest.raises(EngineClosed):
         await engine.submit(RolloutRequest(rollout_id="too-late"))
-    assert our_containers(docker_client, config) == []
+    assert our_container_names(docker_client, config) == []
 
 
 # -- the abort hook --------------------------------------------------------------------------
@@ -175,7 +132,7 @@ async def test_abort_of_one_scope_leaves_the_other_scope_running(
 
     assert await engine.cancel(ids=["scope-b::1"]) == {"scope-b::1": "cancelled_running"}
     assert engine.status("scope-b::1").status == "cancelled"  # cancel waited for the teardown
-    assert our_containers(docker_client, config) == []
+    assert our_container_names(docker_client, config) == []
 
 
 async def test_abort_by_session_id_stops_only_that_session(
@@ -195,7 +152,7 @@ async def test_abort_by_session_id_stops_only_that_session(
 
     assert await engine.cancel(session_id="sess-2") == {"step7-y": "cancelled_running"}
     assert engine.status("step7-y").status == "cancelled"
-    assert our_containers(docker_client, config) == []
+    assert our_container_names(docker_client, config) == []
 
 
 def test_abort_needs_a_scope() -> None:
@@ -390,7 +347,7 @@ async def test_a_cancel_while_the_container_is_being_created_leaves_no_container
     assert engine.status("mid-create").status == "cancelled"
     await until(created.is_set, "the create call to return")
     assert len(container_watch.created()) == 1  # the window was hit: a container was made
-    leaked = our_containers(docker_client, config)
+    leaked = our_container_names(docker_client, config)
     for name in leaked:  # removed here, so the autouse leak check reports only this test
         docker_client.containers.get(name).remove(force=True)
     assert leaked == []

@@ -8,9 +8,8 @@ ones `nop` on the example task, whose image is cached.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +18,15 @@ import httpx
 import pytest
 
 from orchestrator import TrialConfig
-from orchestrator.engine import TrialEngine
 from orchestrator.server import create_app
-
-HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
-LONG = "command:sleep 60"
-TERMINAL = {"success", "failure", "cancelled"}
-MakeEngine = Callable[..., TrialEngine]
-
-
-@pytest.fixture
-async def make_engine(config: TrialConfig) -> AsyncIterator[MakeEngine]:
-    """Engines on the example task (agent nop by default); all shut down without a drain."""
-    made: list[TrialEngine] = []
-
-    def make(**kwargs: Any) -> TrialEngine:
-        kwargs.setdefault("config", config)
-        kwargs.setdefault("task", HELLO)
-        kwargs.setdefault("agent", "nop")
-        engine = TrialEngine(**kwargs)
-        made.append(engine)
-        return engine
-
-    yield make
-    for engine in made:
-        await engine.shutdown(drain_sec=0)
+from tests.service.conftest import (
+    HELLO,
+    LONG,
+    TERMINAL,
+    MakeEngine,
+    our_container_names,
+    until_sandbox_up,
+)
 
 
 def client_for(app: Any) -> httpx.AsyncClient:
@@ -91,32 +74,6 @@ async def cancel(client: httpx.AsyncClient, body: dict[str, Any], **headers: str
     return response.json()["dispositions"]
 
 
-def our_containers(client: docker.DockerClient, config: TrialConfig) -> list[str]:
-    found = client.containers.list(
-        all=True, filters={"label": ["trialbox.trial", f"trialbox.owner={config.owner}"]}
-    )
-    return [c.name for c in found]
-
-
-async def until_sandbox_up(
-    client: docker.DockerClient, engine: TrialEngine, rollout_id: str, within: float = 30.0
-) -> None:
-    """The rollout's container runs, so a cancel now is a host abort of a started agent
-    (`running` is reported from the trial's first phase, before any container exists)."""
-    name = "trialbox-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", rollout_id).strip("-.")[:60] + "__"
-    job = f"trialbox.job={engine.job_id}"
-
-    def names() -> list[str]:
-        running = client.containers.list(filters={"label": job, "status": "running"})
-        return [c.name for c in running]
-
-    deadline = time.monotonic() + within
-    while not any(n.startswith(name) for n in await asyncio.to_thread(names)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no running container for {rollout_id}")
-        await asyncio.sleep(0.05)
-
-
 # -- admission -------------------------------------------------------------------------------
 
 
@@ -154,7 +111,7 @@ async def test_full_queue_answers_429_with_retry_after_and_accepts_once_a_slot_f
         }
         for rollout_id in ("adm-b", "adm-c"):
             assert (await until_status(client, rollout_id, TERMINAL))["status"] == "cancelled"
-    assert our_containers(docker_client, config) == []
+    assert our_container_names(docker_client, config) == []
 
 
 async def test_submit_answers_409_for_an_id_in_flight_and_422_for_a_bad_request(
@@ -284,7 +241,7 @@ async def test_cancel_by_prefix_ids_and_all_gives_the_right_dispositions_and_lea
         for rollout_id in ("all-1", "all-2"):
             assert (await until_status(client, rollout_id, TERMINAL))["status"] == "cancelled"
         assert (await client.get("/healthz")).json()["live"] == 0
-    assert our_containers(docker_client, config) == []
+    assert our_container_names(docker_client, config) == []
 
 
 async def test_cancelling_a_finished_rollout_is_not_found_and_keeps_its_outcome(
