@@ -32,20 +32,24 @@ def _info(
 
 
 def tar_of_files(
-    files: Mapping[str, bytes],
+    files: Mapping[str, bytes | tuple[bytes, int]],
     *,
     dirs: Iterable[str] = (),
     dir_mode: int = 0o755,
     mode: int = 0o644,
     owner: tuple[int, int] = (0, 0),
 ) -> bytes:
-    """A tar of in-memory files (paths relative to the extraction point) and empty dirs."""
+    """A deterministic tar of in-memory files and empty dirs (paths relative to where it is
+    extracted): names sorted, mtime 0. A file given as (bytes, mode) keeps its own mode."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name in dirs:
             archive.addfile(_info(name, mode=dir_mode, kind=tarfile.DIRTYPE))
-        for name, data in files.items():
-            archive.addfile(_info(name, size=len(data), mode=mode, owner=owner), io.BytesIO(data))
+        for name in sorted(files):
+            item = files[name]
+            data, file_mode = item if isinstance(item, tuple) else (item, mode)
+            info = _info(name, size=len(data), mode=file_mode, owner=owner)
+            archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 

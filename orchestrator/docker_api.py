@@ -1,9 +1,11 @@
-"""The one boundary to the Docker engine: a shared client, a thread pool, retries, translation.
+"""The one boundary to the Docker engine: a shared client, thread pools, retries, translation.
 
-The SDK blocks, so every call runs in a dedicated pool (asyncio's default pool has only
-cpu+4 threads, which a handful of streaming execs would exhaust). Transient failures are
-retried a bounded number of times; a 404 or 409 means something and is passed on at once.
-Engine errors leave this module as `SandboxError`s, so callers never parse messages.
+The SDK blocks, so every call runs in a pool of its own (asyncio's default pool has only
+cpu+4 threads). Short calls and long ones (an exec that lasts as long as the agent works, an
+image build) use separate pools, so however many agents run, a signal or a removal never
+waits for a free thread. Transient failures of idempotent calls are retried a bounded number
+of times; a 404 or 409 means something and is passed on at once; a command is never run
+twice. Engine errors leave this module as `SandboxError`s, so callers never parse messages.
 """
 
 from __future__ import annotations
@@ -24,20 +26,22 @@ from tenacity import (
     wait_exponential,
 )
 
-from orchestrator.errors import SandboxError, SandboxNotFoundError
+from orchestrator.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
 
 T = TypeVar("T")
 _TRANSPORT_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
 
-POOL_SIZE = 64
-_executor = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="trialbox-docker")
+SHORT_POOL_SIZE = 64
+LONG_POOL_SIZE = 1024  # threads parked on a socket read: cheap, and bounded by live trials
+_short = ThreadPoolExecutor(max_workers=SHORT_POOL_SIZE, thread_name_prefix="trialbox-docker")
+_long = ThreadPoolExecutor(max_workers=LONG_POOL_SIZE, thread_name_prefix="trialbox-long")
 
 
 @functools.cache
 def docker_client() -> docker.DockerClient:
-    """One client per process, with a connection pool as large as the thread pool."""
+    """One client per process, with a connection pool for both thread pools."""
     try:
-        return docker.from_env(max_pool_size=POOL_SIZE, timeout=300)
+        return docker.from_env(max_pool_size=SHORT_POOL_SIZE + LONG_POOL_SIZE, timeout=300)
     except docker.errors.DockerException as exc:
         raise SandboxError(
             f"the Docker engine does not answer ({exc}); start it, e.g. scripts/ensure-docker.sh"
@@ -48,7 +52,7 @@ def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, _TRANSPORT_ERRORS):
         return True
     if isinstance(exc, docker.errors.APIError) and exc.status_code is not None:
-        return exc.status_code >= 500 and "no such" not in str(exc).lower()
+        return exc.status_code >= 500
     return False
 
 
@@ -66,6 +70,8 @@ def translate(exc: BaseException, what: str) -> SandboxError:
         return exc
     if isinstance(exc, docker.errors.NotFound):
         return SandboxNotFoundError(f"{what}: not found ({exc.explanation or exc})")
+    if isinstance(exc, docker.errors.APIError) and exc.status_code == 409:
+        return SandboxConflictError(f"{what}: conflict: {exc.explanation or exc}")
     if isinstance(exc, docker.errors.APIError):
         return SandboxError(f"{what}: engine error {exc.status_code}: {exc.explanation or exc}")
     if isinstance(exc, requests.exceptions.RequestException):
@@ -74,14 +80,23 @@ def translate(exc: BaseException, what: str) -> SandboxError:
 
 
 async def in_thread(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
-    """Run a blocking call in the Docker pool, without retry or translation."""
+    """Run a short blocking call in the short pool, without retry or translation."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor, functools.partial(fn, *args, **kwargs))
+    return await loop.run_in_executor(_short, functools.partial(fn, *args, **kwargs))
 
 
 async def call(what: str, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
-    """Run a blocking engine call off the loop, retrying transient errors, translating all."""
+    """Run an idempotent engine call off the loop, retrying transient errors, translating all."""
     try:
         return await in_thread(_retrying(fn), *args, **kwargs)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise translate(exc, what) from exc
+
+
+async def call_once(what: str, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """Run a long or non-idempotent engine call (an exec, a build) once, in the long pool."""
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.run_in_executor(_long, functools.partial(fn, *args, **kwargs))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise translate(exc, what) from exc

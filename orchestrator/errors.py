@@ -41,6 +41,10 @@ class SandboxNotFoundError(SandboxError):
     """The sandbox is gone (the engine answered 404)."""
 
 
+class SandboxConflictError(SandboxError):
+    """The engine refused because of a conflict (409), e.g. a container name in use."""
+
+
 class SandboxTimeoutError(SandboxError, TimeoutError):
     """A sandbox operation overran the host-side backstop."""
 
@@ -54,6 +58,20 @@ class RewardFileError(TrialboxError):
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}")
+
+
+class AgentInfraError(TrialboxError):
+    """The relay could not confirm how the agent ended and destroyed the sandbox."""
+
+
+class VerifierSetupError(TrialboxError):
+    """The sandbox could not be prepared for verification."""
+
+
+class VerifierTimeoutError(TrialboxError, TimeoutError):
+    """tests/test.sh did not finish within the verifier timeout."""
+
+    category: ClassVar[ErrorCategory] = "verifier"
 
 
 class AgentSpecError(TrialboxError, ValueError):

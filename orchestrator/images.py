@@ -11,27 +11,29 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
-import tarfile
 import time
 import weakref
 from collections import deque
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
 
 import docker.errors
 from pydantic import BaseModel, Field
 
 from orchestrator import docker_api
+from orchestrator.archive import tar_of_files
 from orchestrator.dockerfile import final_stage_image, map_base_images, patch_dockerfile
 from orchestrator.errors import ImageBuildError, SandboxNotFoundError, TaskError
 from orchestrator.task import Task
 from orchestrator.tree import read_tree
-from orchestrator.wheelhouse import build_runtime_wheel, ensure_wheelhouse
+from orchestrator.wheelhouse import ensure_wheelhouse, runtime_wheel
 
 TOOLS_REPO = "trialbox-tools"
 TASK_REPO = "trialbox-env"
 LOG_TAIL_LINES = 40
 _TOOLS_DOCKERFILE = b"FROM scratch\nCOPY uv /uv\nCOPY wheels /wheels\n"
+T = TypeVar("T")
 
 
 class BuildOutcome(BaseModel):
@@ -40,18 +42,6 @@ class BuildOutcome(BaseModel):
     tag: str
     status: Literal["built", "cached"]
     seconds: float = Field(description="Wall time spent, including waiting for another build.")
-
-
-def _context_tar(files: Mapping[str, tuple[bytes, int]]) -> bytes:
-    """A deterministic build context: sorted names, fixed owner and mtime."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name in sorted(files):
-            data, mode = files[name]
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, 0
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def _digest(files: Mapping[str, tuple[bytes, int]]) -> str:
@@ -63,20 +53,25 @@ def _digest(files: Mapping[str, tuple[bytes, int]]) -> str:
     return h.hexdigest()
 
 
-class BuildPlan(BaseModel):
-    """Everything needed to build (or find) one task image."""
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything needed to build (or find) one task image. Internal: not a contract, and
+    not validated, since a context may be large."""
 
     tag: str
-    dockerfile: str
     timeout_sec: float
-    context: dict[str, tuple[bytes, int]] = Field(repr=False)
+    context: Mapping[str, tuple[bytes, int]] = field(repr=False)
+
+    @property
+    def dockerfile(self) -> str:
+        return self.context["Dockerfile"][0].decode()
 
 
 def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> None:
     api = docker_api.docker_client().api
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     stream = api.build(
-        fileobj=io.BytesIO(_context_tar(plan.context)),
+        fileobj=io.BytesIO(tar_of_files(plan.context)),
         custom_context=True,
         tag=plan.tag,
         rm=True,
@@ -111,49 +106,70 @@ async def image_exists(tag: str) -> bool:
         return False
 
 
+def _tools_context(arch: str) -> dict[str, tuple[bytes, int]]:
+    home = ensure_wheelhouse({"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch))
+    files = {
+        "Dockerfile": (_TOOLS_DOCKERFILE, 0o644),
+        "uv": ((home / "uv").read_bytes(), 0o755),
+    }
+    for wheel in sorted((home / "wheels").glob("*.whl")):
+        files[f"wheels/{wheel.name}"] = (wheel.read_bytes(), 0o644)
+    name, data = runtime_wheel()
+    files[f"wheels/{name}"] = (data, 0o644)
+    return files
+
+
+def _with_tag(repo: str, context: dict[str, tuple[bytes, int]]) -> tuple[str, dict]:
+    return f"{repo}:{_digest(context)[:20]}", context
+
+
 class ImageBuilder:
-    """Builds task images; one instance per process is enough (see `default_builder`)."""
+    """Builds task images; one instance per process is enough (see `default_builder`).
+
+    In-flight work is kept per event loop (a builder may outlive a loop, as the process-wide
+    one does across `asyncio.run` calls), so no asyncio object is shared between loops.
+    """
 
     def __init__(self) -> None:
         self._tools_tag: str | None = None
-        self._tools_lock: asyncio.Lock | None = None
         self._users: dict[str, str] = {}
         self._inflight: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str, asyncio.Task[BuildOutcome]]
+            asyncio.AbstractEventLoop, dict[str, asyncio.Future[object]]
         ] = weakref.WeakKeyDictionary()
+        self._running: dict[str, asyncio.Future[None]] = {}
+
+    def _single_flight(self, key: str, make: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        """One future per key and loop: callers that come while it runs share it."""
+        inflight = self._inflight.setdefault(asyncio.get_running_loop(), {})
+        future = inflight.get(key)
+        if future is None:
+            future = asyncio.ensure_future(make())
+            inflight[key] = future
+            future.add_done_callback(lambda _: inflight.pop(key, None))
+        return future  # type: ignore[return-value]
 
     # -- the tools image: uv + wheelhouse, FROM scratch, built once ---------------------------
 
-    def _tools_context(self) -> dict[str, tuple[bytes, int]]:
-        arch = docker_api.docker_client().info().get("Architecture", "x86_64")
-        home = ensure_wheelhouse({"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch))
-        files = {
-            "Dockerfile": (_TOOLS_DOCKERFILE, 0o644),
-            "uv": ((home / "uv").read_bytes(), 0o755),
-        }
-        for wheel in sorted((home / "wheels").glob("*.whl")):
-            files[f"wheels/{wheel.name}"] = (wheel.read_bytes(), 0o644)
-        runtime_wheel = build_runtime_wheel(home / "runtime")
-        files[f"wheels/{runtime_wheel.name}"] = (runtime_wheel.read_bytes(), 0o644)
-        return files
+    async def _make_tools_image(self) -> str:
+        client = docker_api.docker_client()
+        info = await docker_api.call("ask the engine for its architecture", client.info)
+        arch = info.get("Architecture", "x86_64")
+        tag, context = await docker_api.in_thread(
+            lambda: _with_tag(TOOLS_REPO, _tools_context(arch))
+        )
+        if not await image_exists(tag):
+            plan = BuildPlan(tag=tag, timeout_sec=300, context=context)
+            await docker_api.call_once(
+                "build the tools image", _build_blocking, plan, {"trialbox.tools": "1"}
+            )
+        self._tools_tag = tag
+        return tag
 
     async def tools_image(self) -> str:
         """The tag of the local tools image, building it when missing."""
         if self._tools_tag is not None:
             return self._tools_tag
-        if self._tools_lock is None:
-            self._tools_lock = asyncio.Lock()
-        async with self._tools_lock:
-            if self._tools_tag is None:
-                context = await docker_api.in_thread(self._tools_context)
-                tag = f"{TOOLS_REPO}:{_digest(context)[:20]}"
-                if not await image_exists(tag):
-                    plan = BuildPlan(tag=tag, dockerfile="", timeout_sec=300, context=context)
-                    await docker_api.call(
-                        "build the tools image", _build_blocking, plan, {"trialbox.tools": "1"}
-                    )
-                self._tools_tag = tag
-        return self._tools_tag
+        return await asyncio.shield(self._single_flight("tools", self._make_tools_image))
 
     # -- task images --------------------------------------------------------------------------
 
@@ -191,28 +207,31 @@ class ImageBuilder:
         users = await self._image_users(map_base_images(text, base_image_map))
         dockerfile = patch_dockerfile(text, tools, base_image_map, users)
         context["Dockerfile"] = (dockerfile.encode(), 0o644)
-        tag = f"{TASK_REPO}:{_digest(context)[:20]}"
-        return BuildPlan(
-            tag=tag, dockerfile=dockerfile, timeout_sec=env.build_timeout_sec, context=context
-        )
+        tag, context = await docker_api.in_thread(_with_tag, TASK_REPO, context)
+        return BuildPlan(tag=tag, timeout_sec=env.build_timeout_sec, context=context)
 
     async def _build(self, plan: BuildPlan, task_name: str) -> BuildOutcome:
         started = time.monotonic()
+        earlier = self._running.get(plan.tag)
+        if earlier is not None:  # a build that overran its timeout still runs: not two at once
+            await asyncio.wait({earlier})
         if await image_exists(plan.tag):
             return BuildOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
-        try:
-            await asyncio.wait_for(
-                docker_api.call(
-                    f"build the image of {task_name}",
-                    _build_blocking, plan, {"trialbox.task": task_name},
-                ),
-                plan.timeout_sec,
-            )  # fmt: skip
-        except TimeoutError as exc:
+        building = asyncio.ensure_future(
+            docker_api.call_once(
+                f"build the image of {task_name}",
+                _build_blocking, plan, {"trialbox.task": task_name},
+            )
+        )  # fmt: skip
+        self._running[plan.tag] = building
+        building.add_done_callback(lambda _: self._running.pop(plan.tag, None))
+        done, _ = await asyncio.wait({building}, timeout=plan.timeout_sec)
+        if not done:
             raise ImageBuildError(
                 f"building {plan.tag} for {task_name} took longer than its build_timeout_sec "
                 f"({plan.timeout_sec:g} s)"
-            ) from exc
+            )
+        building.result()
         return BuildOutcome(tag=plan.tag, status="built", seconds=time.monotonic() - started)
 
     async def ensure_image(
@@ -220,16 +239,14 @@ class ImageBuilder:
     ) -> BuildOutcome:
         """The task's image, built at most once however many trials ask at the same time."""
         plan = await self.plan(task, base_image_map or {})
-        inflight = self._inflight.setdefault(asyncio.get_running_loop(), {})
-        build = inflight.get(plan.tag)
         started = time.monotonic()
-        if build is None:
-            build = asyncio.ensure_future(self._build(plan, task.name))
-            inflight[plan.tag] = build
-            build.add_done_callback(lambda _: inflight.pop(plan.tag, None))
-            return await asyncio.shield(build)
+        inflight = self._inflight.get(asyncio.get_running_loop(), {})
+        joined = plan.tag in inflight
+        build = self._single_flight(plan.tag, lambda: self._build(plan, task.name))
         outcome = await asyncio.shield(build)
-        return BuildOutcome(tag=outcome.tag, status="cached", seconds=time.monotonic() - started)
+        if not joined:
+            return outcome  # type: ignore[return-value]
+        return BuildOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
 
 
 _default_builder: ImageBuilder | None = None

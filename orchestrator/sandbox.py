@@ -11,13 +11,17 @@ import asyncio
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from orchestrator import docker_api
 from orchestrator.archive import DEFAULT_FILE_CAP, extract_stream, tar_of_files
-from orchestrator.errors import SandboxError, SandboxNotFoundError, SandboxTimeoutError
+from orchestrator.errors import (
+    SandboxConflictError,
+    SandboxError,
+    SandboxNotFoundError,
+    SandboxTimeoutError,
+)
 
 LABEL_TRIAL = "trialbox.trial"
 LABEL_JOB = "trialbox.job"
@@ -120,6 +124,8 @@ class DockerSandbox:
             container = await asyncio.shield(creating)
             sandbox = cls(container.id, spec)
             await docker_api.call(f"start container {container.short_id}", container.start)
+        except SandboxConflictError:
+            raise  # the name belongs to another container: not ours to remove
         except BaseException:
             cancelled = await _settle(creating, CREATE_SETTLE_SEC)
             await cls(spec.container_name, spec).destroy()
@@ -165,7 +171,9 @@ class DockerSandbox:
         what = f"exec in {self.container_id[:12]}"
         try:
             exit_code, output, truncated = await asyncio.wait_for(
-                docker_api.call(what, self._exec_blocking, argv, env, user, workdir, output_cap),
+                docker_api.call_once(
+                    what, self._exec_blocking, argv, env, user, workdir, output_cap
+                ),
                 backstop,
             )
         except TimeoutError as exc:
@@ -186,10 +194,11 @@ class DockerSandbox:
 
     async def upload(self, tar_bytes: bytes, path: str = "/") -> None:
         """Extract a tar archive at `path` inside the container."""
-        container = await self._container()
+        api = docker_api.docker_client().api
         ok = await docker_api.call(
-            f"upload to {path} in {self.container_id[:12]}", container.put_archive, path, tar_bytes
-        )
+            f"upload to {path} in {self.container_id[:12]}",
+            api.put_archive, self.container_id, path, tar_bytes,
+        )  # fmt: skip
         if not ok:
             raise SandboxError(f"upload to {path} in {self.container_id[:12]} was refused")
 
@@ -201,8 +210,8 @@ class DockerSandbox:
 
     def _download_blocking(self, path: str, dest: Path, file_cap: int) -> int:
         dest.mkdir(parents=True, exist_ok=True)
-        container = docker_api.docker_client().containers.get(self.container_id)
-        stream, _stat = container.get_archive(path, chunk_size=1 << 20)
+        api = docker_api.docker_client().api
+        stream, _stat = api.get_archive(self.container_id, path, chunk_size=1 << 20)
         return extract_stream(stream, dest, file_cap=file_cap)
 
     async def download(self, path: str, dest: Path, *, file_cap: int = DEFAULT_FILE_CAP) -> int:
@@ -210,16 +219,10 @@ class DockerSandbox:
 
         Returns how many files were truncated.
         """
-        return await docker_api.call(
+        return await docker_api.call_once(
             f"download {path} from {self.container_id[:12]}",
             self._download_blocking, path, dest, file_cap,
         )  # fmt: skip
-
-    async def _container(self) -> Any:
-        client = docker_api.docker_client()
-        return await docker_api.call(
-            f"find container {self.container_id[:12]}", client.containers.get, self.container_id
-        )
 
     # -- teardown -----------------------------------------------------------------------------
 
@@ -248,9 +251,3 @@ class DockerSandbox:
     def destroyed(self) -> bool:
         """True once removal was asked for: the sandbox can no longer be used."""
         return self._destroy_task is not None
-
-    async def __aenter__(self) -> DockerSandbox:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.destroy()

@@ -22,7 +22,13 @@ from orchestrator import docker_api
 from orchestrator.agents import Agent, parse_agent
 from orchestrator.archive import tar_of_dir, tar_of_files
 from orchestrator.config import TrialConfig
-from orchestrator.errors import RewardFileError, TrialboxError
+from orchestrator.errors import (
+    AgentInfraError,
+    RewardFileError,
+    TrialboxError,
+    VerifierSetupError,
+    VerifierTimeoutError,
+)
 from orchestrator.images import ImageBuilder, default_builder
 from orchestrator.materialize import Materialized, materialize
 from orchestrator.result import AgentOutcome, Phase, TrialError, TrialResult
@@ -298,20 +304,6 @@ def _agent_outcome(outcome: RelayOutcome, duration: float) -> AgentOutcome:
         stop_sec=outcome.stop_sec,
         detail=outcome.detail,
     )
-
-
-class AgentInfraError(TrialboxError):
-    """The relay could not confirm how the agent ended and destroyed the sandbox."""
-
-
-class VerifierSetupError(TrialboxError):
-    """The sandbox could not be prepared for verification."""
-
-
-class VerifierTimeoutError(TrialboxError, TimeoutError):
-    """tests/test.sh did not finish within the verifier timeout."""
-
-    category = "verifier"
 
 
 async def run_trial(

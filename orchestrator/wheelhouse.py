@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
 import shutil
 import subprocess
@@ -109,8 +110,11 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + digest.decode()
 
 
-def build_runtime_wheel(dest_dir: Path) -> Path:
-    """Pack `container_runtime` into a pure-Python wheel with fixed timestamps."""
+def runtime_wheel() -> tuple[str, bytes]:
+    """`container_runtime` as a pure-Python wheel (file name, bytes), with fixed timestamps.
+
+    Built in memory: nothing shared is written, so concurrent processes cannot see half a file.
+    """
     version = container_runtime.__version__
     source = Path(container_runtime.__file__).parent
     dist_info = f"{RUNTIME_DIST}-{version}.dist-info"
@@ -130,12 +134,11 @@ def build_runtime_wheel(dest_dir: Path) -> Path:
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in files.items())
     files[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
 
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    wheel = dest_dir / f"{RUNTIME_DIST}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in files.items():
             info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, data)
-    return wheel
+    return f"{RUNTIME_DIST}-{version}-py3-none-any.whl", buffer.getvalue()
