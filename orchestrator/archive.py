@@ -34,16 +34,16 @@ def _info(
 def tar_of_files(
     files: Mapping[str, bytes | tuple[bytes, int]],
     *,
-    dirs: Iterable[str] = (),
-    dir_mode: int = 0o755,
+    dirs: Mapping[str, int] | None = None,
     mode: int = 0o644,
     owner: tuple[int, int] = (0, 0),
 ) -> bytes:
     """A deterministic tar of in-memory files and empty dirs (paths relative to where it is
-    extracted): names sorted, mtime 0. A file given as (bytes, mode) keeps its own mode."""
+    extracted): names sorted, mtime 0. A file given as (bytes, mode) keeps its own mode;
+    `dirs` maps each folder to its mode."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name in dirs:
+        for name, dir_mode in (dirs or {}).items():
             archive.addfile(_info(name, mode=dir_mode, kind=tarfile.DIRTYPE))
         for name in sorted(files):
             item = files[name]

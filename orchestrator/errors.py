@@ -64,6 +64,12 @@ class AgentInfraError(TrialboxError):
     """The relay could not confirm how the agent ended and destroyed the sandbox."""
 
 
+class WorkflowError(TrialboxError):
+    """The agent's workflow failed (its container_result.json says so, or is missing)."""
+
+    category: ClassVar[ErrorCategory] = "agent"
+
+
 class VerifierSetupError(TrialboxError):
     """The sandbox could not be prepared for verification."""
 

@@ -11,7 +11,7 @@ from orchestrator.errors import ErrorCategory
 
 TrialStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
 Phase = Literal["materialize", "image", "start", "agent", "verify", "collect", "teardown"]
-Termination = Literal["exited", "timeout", "aborted"]
+Termination = Literal["exited", "timeout", "aborted", "infra_failure"]
 
 
 class TrialError(BaseModel):
@@ -29,7 +29,11 @@ class TrialError(BaseModel):
 class AgentOutcome(BaseModel):
     """How the agent's process ended, decided once and read by every later step."""
 
-    termination: Termination | None = Field(None, description="None if the agent never ran.")
+    termination: Termination | None = Field(
+        None,
+        description="None if the agent never ran; infra_failure when its end could not be "
+        "confirmed and the sandbox was destroyed.",
+    )
     exit_code: int | None = Field(None, description="124 after a framework timeout.")
     duration_sec: float = 0.0
     stop_sec: float = Field(0.0, description="How long stopping it took (timeout or abort).")
@@ -65,6 +69,9 @@ class TrialResult(BaseModel):
     agent: AgentOutcome = Field(default_factory=AgentOutcome)
     error: TrialError | None = None
     timings: Timings = Field(default_factory=Timings)
+    warnings: list[str] = Field(
+        default_factory=list, description="What went wrong without changing the outcome."
+    )
     started_at: datetime
     finished_at: datetime | None = None
     trial_dir: str

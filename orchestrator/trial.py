@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from container_runtime import paths
+from container_runtime.contract import ContainerResult, read_model
 from orchestrator import docker_api
-from orchestrator.agents import Agent, parse_agent
+from orchestrator.agents import Agent, WorkflowAgent, parse_agent
 from orchestrator.archive import tar_of_dir, tar_of_files
 from orchestrator.config import TrialConfig
 from orchestrator.errors import (
@@ -28,6 +29,7 @@ from orchestrator.errors import (
     TrialboxError,
     VerifierSetupError,
     VerifierTimeoutError,
+    WorkflowError,
 )
 from orchestrator.images import ImageBuilder, default_builder
 from orchestrator.materialize import Materialized, materialize
@@ -41,6 +43,8 @@ from relay import Ending, Relay, RelayOutcome, RelayPolicy
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
 AGENT_STDERR = f"{paths.AGENT_DIR}/stderr.txt"
 VERIFIER_STDOUT = f"{paths.VERIFIER_DIR}/test-stdout.txt"
+COLLECT_LIMIT_SEC = 300.0
+TEARDOWN_LIMIT_SEC = 60.0
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -126,12 +130,17 @@ class Trial:
         )  # fmt: skip
         sandbox = await DockerSandbox.create(spec)
         self.sandbox = sandbox
+        # /logs and /logs/verifier are root's: an agent running as another user can write
+        # only its own folders, and cannot swap the verifier's folder for one of its own.
         skeleton = tar_of_files(
             {paths.CONTAINER_INPUT.lstrip("/"): staged.container_input.model_dump_json().encode()},
-            dirs=[d.lstrip("/") for d in (paths.LOGS_DIR, paths.AGENT_DIR, paths.VERIFIER_DIR,
-                                          paths.ARTIFACTS_DIR)],
-            dir_mode=0o777,
-        )  # fmt: skip
+            dirs={
+                paths.LOGS_DIR.lstrip("/"): 0o755,
+                paths.AGENT_DIR.lstrip("/"): 0o777,
+                paths.ARTIFACTS_DIR.lstrip("/"): 0o777,
+                paths.VERIFIER_DIR.lstrip("/"): 0o755,
+            },
+        )
         await sandbox.upload(skeleton, "/")
         return sandbox
 
@@ -263,25 +272,53 @@ class Trial:
     async def _finish(
         self, staged: Materialized | None, verified: bool, cancelled: bool, started: float
     ) -> None:
-        if self.sandbox is not None and staged is not None and not self.sandbox.destroyed:
+        """Collect, score, tear down, write the result: each step bounded, none skipped
+        because an earlier one failed. A host abort skips collecting: the sandbox goes now."""
+        alive = self.sandbox is not None and not self.sandbox.destroyed
+        if alive and staged is not None and not cancelled:
             try:
-                await self._collect(self.sandbox)
+                await asyncio.wait_for(self._collect(self.sandbox), COLLECT_LIMIT_SEC)
             except Exception as exc:
                 self._fail(exc, "collect")
+        if not cancelled and staged is not None:
+            if verified and self.result.error is None:
+                await self._score(staged)
+            await self._read_workflow_result(staged)
         try:
-            await self._teardown()
+            await asyncio.wait_for(self._teardown(), TEARDOWN_LIMIT_SEC)
         except Exception as exc:
-            self._fail(exc, "teardown")
+            if self.result.rewards:  # a scored trial stays scored; the leak is reported
+                self.result.warnings.append(f"teardown failed: {type(exc).__name__}: {exc}")
+            else:
+                self._fail(exc, "teardown")
         if cancelled:
             self.result.status = "cancelled"
             self.result.agent.termination = self.result.agent.termination or "aborted"
         else:
-            if verified and staged is not None and self.result.error is None:
-                await self._score(staged)
             self.result.status = "success" if self.result.rewards else "failure"
         self.result.timings.total = time.monotonic() - started
         self.result.finished_at = _now()
         await docker_api.in_thread(self._write_result)
+
+    async def _read_workflow_result(self, staged: Materialized) -> None:
+        """A workflow that failed is an `agent` error when nothing was scored, else a warning."""
+        if not isinstance(self.agent, WorkflowAgent):
+            return
+        where = staged.logs_dir / "agent" / "container_result.json"
+        try:
+            outcome = await docker_api.in_thread(read_model, where, ContainerResult)
+        except (OSError, ValueError) as exc:
+            problem = f"{paths.CONTAINER_RESULT}: unreadable or missing ({type(exc).__name__})"
+        else:
+            if outcome.status == "success":
+                return
+            problem = f"the workflow failed: {outcome.error_type}: {outcome.error}"
+        error = self.result.error
+        if self.result.rewards or (error is not None and error.type != RewardFileError.__name__):
+            self.result.warnings.append(problem)  # scored, or failed for a reason of its own
+            return
+        self.result.error = None  # the missing reward is a consequence; the workflow is the cause
+        self._fail(WorkflowError(problem), "agent")
 
     def _write_result(self) -> None:
         self.trial_dir.mkdir(parents=True, exist_ok=True)
@@ -295,7 +332,7 @@ def _agent_outcome(outcome: RelayOutcome, duration: float) -> AgentOutcome:
         Ending.EXITED: "exited",
         Ending.TIMEOUT: "timeout",
         Ending.ABORTED: "aborted",
-        Ending.INFRA_FAILURE: "aborted",
+        Ending.INFRA_FAILURE: "infra_failure",
     }[outcome.ending]
     return AgentOutcome(
         termination=termination,  # type: ignore[arg-type]

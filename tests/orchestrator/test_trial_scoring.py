@@ -111,9 +111,36 @@ async def test_failing_workflow_still_reports(config: TrialConfig, tmp_path: Pat
     assert outcome.error_type == "RuntimeError"
     assert result.agent.termination == "exited"
     assert result.agent.exit_code == 1
-    # Nothing was solved, and the trial is scored as such.
+    # Nothing was solved, and the trial is scored as such; the failure is kept as a warning.
     assert result.status == "success"
     assert result.reward == 0.0
+    assert result.error is None
+    assert any(message in w and "RuntimeError" in w for w in result.warnings)
+
+
+async def test_failing_workflow_without_a_reward_is_an_agent_error(
+    config: TrialConfig, make_task, tmp_path: Path
+) -> None:
+    """When nothing is scored, the cause recorded is the workflow, not the missing reward."""
+    message = f"no model answered {uuid.uuid4().hex}"
+    source = tmp_path / "down_workflow.py"
+    source.write_text(
+        "from container_runtime import AgentWorkflow\n\n"
+        "class Down(AgentWorkflow):\n"
+        "    async def run(self, ctx):\n"
+        f"        raise ConnectionError({message!r})\n"
+    )
+    task = make_task("needs-output", test_sh="#!/bin/sh\ntest -f /app/out && echo 1 > "
+                     "/logs/verifier/reward.txt\nexit 0\n")  # fmt: skip
+
+    result = await run_trial(task, f"workflow:{source}:Down", config=config)
+
+    assert result.status == "failure"
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("agent", "agent")
+    assert result.error.type == "WorkflowError"
+    assert message in result.error.message and "ConnectionError" in result.error.message
+    assert not result.error.discardable
 
 
 async def test_service_left_running_answers_the_verifier(config: TrialConfig) -> None:

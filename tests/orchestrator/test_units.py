@@ -280,7 +280,10 @@ def test_extract_stream_skips_links_and_escapes(tmp_path: Path) -> None:
 
 
 def test_tar_of_files_round_trip(tmp_path: Path) -> None:
-    data = tar_of_files({"a/b.txt": b"hello"}, dirs=["a", "c"], dir_mode=0o777)
+    data = tar_of_files({"a/b.txt": b"hello"}, dirs={"a": 0o755, "c": 0o777})
     extract_stream([data], tmp_path)
     assert (tmp_path / "a/b.txt").read_bytes() == b"hello"
     assert (tmp_path / "c").is_dir()
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        modes = {m.name: m.mode for m in archive.getmembers()}
+    assert modes == {"a": 0o755, "c": 0o777, "a/b.txt": 0o644}
