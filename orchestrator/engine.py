@@ -158,7 +158,12 @@ class TrialEngine:
         if task is None or agent is None:
             loaded_task, loaded_agent = await self._load(request)
             task, agent = task or loaded_task, agent or loaded_agent
-            self._check_capacity()  # loading awaited; others may have come in meanwhile
+            # Loading awaited: the engine may have closed, or the same id come in, meanwhile.
+            if self._closed:
+                raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
+            if request.rollout_id in self._live:
+                raise DuplicateRollout(f"rollout {request.rollout_id!r} is still in flight")
+            self._check_capacity()
         loop = self.loop = asyncio.get_running_loop()
         rollout = _Rollout(
             request, task, agent, attempt, loop.create_future(),
@@ -249,7 +254,8 @@ class TrialEngine:
 
     def _settle(self, rollout: _Rollout, result: TrialResult) -> None:
         rollout_id = rollout.request.rollout_id
-        self._live.pop(rollout_id, None)
+        if self._live.get(rollout_id) is rollout:
+            del self._live[rollout_id]
         if result.status in ("success", "failure") and result.timings.total > 0:
             self._mean_trial_sec = 0.8 * self._mean_trial_sec + 0.2 * result.timings.total
         self._finished.set(

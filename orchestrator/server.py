@@ -10,7 +10,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -51,9 +51,27 @@ def create_app(
     admin_token: str | None = None,
     prewarm_tasks: Sequence[Task | str | Path] = (),
     drain_sec: float = 30.0,
+    agents: Collection[str] = (),
+    task_paths: bool = False,
 ) -> FastAPI:
-    """An app serving `engine`. `admin_token` (stripped) guards cancel-all."""
+    """An app serving `engine`. `admin_token` (stripped) guards cancel-all.
+
+    A request may pick the engine's default agent or one listed in `agents`, and a task
+    folder by path only when `task_paths` is set: otherwise a client could make the server
+    read any host path (a task folder, a workflow file) into a sandbox.
+    """
     token = admin_token.strip() if admin_token and admin_token.strip() else None
+    allowed_agents = {engine.default_agent, *agents}
+
+    def check_request(request: RolloutRequest) -> None:
+        if request.agent is not None and request.agent not in allowed_agents:
+            raise HTTPException(
+                422, f"agent {request.agent!r} is not offered here; one of {sorted(allowed_agents)}"
+            )
+        if request.task is not None and not task_paths:
+            raise HTTPException(
+                422, "this server takes task_id (dataset mode) or its template task, not task paths"
+            )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -69,6 +87,7 @@ def create_app(
 
     @app.post("/rollouts", status_code=202)
     async def submit(request: RolloutRequest) -> Any:
+        check_request(request)
         try:
             rollout_id = await engine.submit(request)
         except QueueFull as exc:

@@ -31,6 +31,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     parser.add_argument("--agent", default="oracle", help="default agent (default: oracle)")
+    parser.add_argument(
+        "--allow-agent",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="another agent spec a request may choose (repeatable); others are refused",
+    )
+    parser.add_argument(
+        "--allow-task-paths",
+        action="store_true",
+        help="let requests name a task folder on this host by path (off: task_id or the "
+        "template task only)",
+    )
     parser.add_argument("--n-concurrent", type=int, default=4, help="trials at once (default: 4)")
     parser.add_argument(
         "--max-queue-depth",
@@ -86,6 +99,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         admin_token=os.environ.get(TOKEN_ENV),
         prewarm_tasks=prewarm_tasks,
         drain_sec=args.drain_sec,
+        agents=args.allow_agent,
+        task_paths=args.allow_task_paths,
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")

@@ -63,3 +63,12 @@ async def until_sandbox_up(
         if time.monotonic() > deadline:
             raise AssertionError(f"no running container for {rollout_id}")
         await asyncio.sleep(0.05)
+
+
+def open_app(engine: TrialEngine, **kwargs: Any) -> Any:
+    """An app whose requests may name the test agents and task folders by path."""
+    from orchestrator.server import create_app
+
+    kwargs.setdefault("agents", [LONG, "nop", "oracle"])
+    kwargs.setdefault("task_paths", True)
+    return create_app(engine, **kwargs)

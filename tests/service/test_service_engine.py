@@ -26,11 +26,11 @@ from orchestrator import TrialConfig
 from orchestrator.abort import abort
 from orchestrator.engine import TrialEngine
 from orchestrator.rollouts import EngineClosed, RolloutRequest, RolloutStatus
-from orchestrator.server import create_app
 from tests.service.conftest import (
     LONG,
     TERMINAL,
     MakeEngine,
+    open_app,
     our_container_names,
     until_sandbox_up,
 )
@@ -84,7 +84,7 @@ async def test_shutdown_drains_quick_rollouts_then_aborts_the_rest(
     make_engine: MakeEngine, config: TrialConfig, docker_client: docker.DockerClient
 ) -> None:
     engine = make_engine(n_concurrent=2)
-    app = create_app(engine, drain_sec=4)
+    app = open_app(engine, drain_sec=4)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         async with app.router.lifespan_context(app):

@@ -24,6 +24,7 @@ from tests.service.conftest import (
     LONG,
     TERMINAL,
     MakeEngine,
+    open_app,
     our_container_names,
     until_sandbox_up,
 )
@@ -81,7 +82,7 @@ async def test_full_queue_answers_429_with_retry_after_and_accepts_once_a_slot_f
     make_engine: MakeEngine, config: TrialConfig, docker_client: docker.DockerClient
 ) -> None:
     engine = make_engine(n_concurrent=1, max_queue_depth=1)
-    async with client_for(create_app(engine)) as client:
+    async with client_for(open_app(engine)) as client:
         await accepted(client, "adm-a", agent=LONG)
         await until_status(client, "adm-a", {"running"})
         await until_sandbox_up(docker_client, engine, "adm-a")
@@ -118,7 +119,7 @@ async def test_submit_answers_409_for_an_id_in_flight_and_422_for_a_bad_request(
     make_engine: MakeEngine, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
     engine = make_engine()
-    async with client_for(create_app(engine)) as client:
+    async with client_for(open_app(engine)) as client:
         await accepted(client, "dup-1", agent=LONG)
         await until_sandbox_up(docker_client, engine, "dup-1")
         duplicate = await submit(client, "dup-1")
@@ -142,7 +143,7 @@ async def test_status_goes_queued_running_grading_success_then_unknown_after_ret
         "slow-verifier", test_sh="#!/bin/sh\nsleep 0.6\necho 1 > /logs/verifier/reward.txt\n"
     )
     engine = make_engine(n_concurrent=1, retention_sec=0.5)
-    async with client_for(create_app(engine)) as client:
+    async with client_for(open_app(engine)) as client:
         await accepted(client, "life-blocker", agent=LONG)
         await until_status(client, "life-blocker", {"running"})
         await until_sandbox_up(docker_client, engine, "life-blocker")
@@ -177,7 +178,7 @@ async def test_a_rollout_without_a_reward_ends_failure_with_its_error_then_expir
 ) -> None:
     no_reward = make_task("no-reward", test_sh="#!/bin/sh\necho 'forgot the reward'\n")
     engine = make_engine(retention_sec=0.5)
-    async with client_for(create_app(engine)) as client:
+    async with client_for(open_app(engine)) as client:
         await accepted(client, "fail-1", task=str(no_reward))
         doc = await until_status(client, "fail-1", TERMINAL)
         assert doc["status"] == "failure"
@@ -187,7 +188,7 @@ async def test_a_rollout_without_a_reward_ends_failure_with_its_error_then_expir
 
 
 async def test_an_unknown_id_is_unknown(make_engine: MakeEngine) -> None:
-    async with client_for(create_app(make_engine())) as client:
+    async with client_for(open_app(make_engine())) as client:
         assert await status_of(client, "never-submitted") == {
             "rollout_id": "never-submitted",
             "status": "unknown",
@@ -207,7 +208,7 @@ async def test_cancel_by_prefix_ids_and_all_gives_the_right_dispositions_and_lea
     make_engine: MakeEngine, config: TrialConfig, docker_client: docker.DockerClient
 ) -> None:
     engine = make_engine(n_concurrent=1)
-    async with client_for(create_app(engine)) as client:
+    async with client_for(open_app(engine)) as client:
         for rollout_id in ("tenant-a::r1", "tenant-a::r2", "tenant-b::r1"):
             await accepted(client, rollout_id, agent=LONG)
         await until_status(client, "tenant-a::r1", {"running"})
@@ -248,7 +249,7 @@ async def test_cancelling_a_finished_rollout_is_not_found_and_keeps_its_outcome(
     make_engine: MakeEngine,
 ) -> None:
     engine = make_engine()
-    async with client_for(create_app(engine)) as client:
+    async with client_for(open_app(engine)) as client:
         await accepted(client, "done-1")
         done = await until_status(client, "done-1", TERMINAL)
         assert done["status"] == "success"
@@ -277,13 +278,13 @@ async def test_cancelling_a_finished_rollout_is_not_found_and_keeps_its_outcome(
 async def test_cancel_needs_exactly_one_selector(
     make_engine: MakeEngine, body: dict[str, Any]
 ) -> None:
-    async with client_for(create_app(make_engine())) as client:
+    async with client_for(open_app(make_engine())) as client:
         response = await client.post("/rollouts/cancel", json=body)
         assert response.status_code == 422, response.text
 
 
 async def test_cancel_with_an_empty_id_list_is_a_valid_no_op(make_engine: MakeEngine) -> None:
-    async with client_for(create_app(make_engine())) as client:
+    async with client_for(open_app(make_engine())) as client:
         assert await cancel(client, {"ids": []}) == {}
 
 
@@ -295,7 +296,7 @@ BAD_IDS = ["a/b", "a b", " lead", "x" * 129, "", "-dash-first", "tab\there", "ne
 @pytest.mark.parametrize("bad_id", BAD_IDS)
 async def test_submit_refuses_a_malformed_rollout_id(make_engine: MakeEngine, bad_id: str) -> None:
     engine = make_engine()
-    async with client_for(create_app(engine)) as client:
+    async with client_for(open_app(engine)) as client:
         response = await submit(client, bad_id)
         assert response.status_code == 422, response.text
         assert engine.live_count == 0
@@ -303,13 +304,13 @@ async def test_submit_refuses_a_malformed_rollout_id(make_engine: MakeEngine, ba
 
 @pytest.mark.parametrize("bad_id", BAD_IDS)
 async def test_cancel_refuses_malformed_ids(make_engine: MakeEngine, bad_id: str) -> None:
-    async with client_for(create_app(make_engine())) as client:
+    async with client_for(open_app(make_engine())) as client:
         response = await client.post("/rollouts/cancel", json={"ids": ["ok-id", bad_id]})
         assert response.status_code == 422, response.text
 
 
 async def test_cancel_refuses_an_id_with_a_trailing_newline(make_engine: MakeEngine) -> None:
-    async with client_for(create_app(make_engine())) as client:
+    async with client_for(open_app(make_engine())) as client:
         response = await client.post("/rollouts/cancel", json={"ids": ["abc\n"]})
         assert response.status_code == 422, response.text
 
@@ -317,7 +318,7 @@ async def test_cancel_refuses_an_id_with_a_trailing_newline(make_engine: MakeEng
 async def test_status_refuses_malformed_ids_and_accepts_the_longest_valid_one(
     make_engine: MakeEngine,
 ) -> None:
-    async with client_for(create_app(make_engine())) as client:
+    async with client_for(open_app(make_engine())) as client:
         assert (await client.get("/rollouts/" + "x" * 129)).status_code == 422
         assert (await client.get("/rollouts/a%20b")).status_code == 422
         assert (await client.get("/rollouts/-x")).status_code == 422
@@ -332,7 +333,7 @@ async def test_the_longest_valid_id_with_every_allowed_character_runs(
 ) -> None:
     rollout_id = "T0-a::b.c@d_e" + "z" * (128 - 13)
     assert len(rollout_id) == 128
-    async with client_for(create_app(make_engine())) as client:
+    async with client_for(open_app(make_engine())) as client:
         await accepted(client, rollout_id)
         assert (await until_status(client, rollout_id, TERMINAL))["status"] == "success"
 
@@ -344,7 +345,7 @@ async def test_admin_token_guards_cancel_all(
     make_engine: MakeEngine, docker_client: docker.DockerClient
 ) -> None:
     engine = make_engine()
-    app = create_app(engine, admin_token="  s3cret-token \n")
+    app = open_app(engine, admin_token="  s3cret-token \n")
     async with client_for(app) as client:
         await accepted(client, "guarded-1", agent=LONG)
         await until_status(client, "guarded-1", {"running"})
@@ -375,5 +376,19 @@ async def test_admin_token_guards_cancel_all(
 
 
 async def test_without_an_admin_token_cancel_all_is_open(make_engine: MakeEngine) -> None:
-    async with client_for(create_app(make_engine(), admin_token="   ")) as client:
+    async with client_for(open_app(make_engine(), admin_token="   ")) as client:
         assert await cancel(client, {"all": True}) == {}
+
+
+async def test_a_default_server_offers_only_its_agent_and_its_tasks(make_engine) -> None:
+    """Requests cannot make the server read host paths: no task paths, no other agents."""
+
+    async with client_for(create_app(make_engine())) as client:
+        by_path = await submit(client, "by-path", task=str(HELLO))
+        assert by_path.status_code == 422
+        assert "task paths" in by_path.text
+        other = await submit(client, "other-agent", agent="workflow:/etc/passwd:X")
+        assert other.status_code == 422
+        assert "not offered" in other.text
+        await accepted(client, "default-agent")
+        await until_status(client, "default-agent", {"success"})
