@@ -50,11 +50,6 @@ def map_base_images(text: str, mapping: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def base_images(text: str) -> list[str]:
-    """The images named by FROM lines (stage names included; callers filter those)."""
-    return [m["image"] for line in _logical_lines(text) if (m := _FROM.match(line))]
-
-
 _AS = re.compile(r"\s+AS\s+(?P<alias>\S+)", re.IGNORECASE)
 
 

@@ -24,13 +24,19 @@ from orchestrator.trial import new_id
 ProgressCallback = Callable[[TrialResult], None]
 
 
+def counted(results: Sequence[TrialResult]) -> list[TrialResult]:
+    """The samples that say something about the agent: not cancelled, not an infra failure."""
+    return [r for r in results if r.status != "cancelled" and not (r.error and r.error.discardable)]
+
+
 def pass_at_k(results: Sequence[TrialResult]) -> dict[int, float]:
     """Unbiased pass@k (Chen et al. 2021) per task, averaged over tasks; 0/1 rewards only.
 
-    A trial without a reward counts as a miss. Empty when any reward is not 0 or 1.
+    Counted samples only (see `counted`); among them a trial without a reward is a miss.
+    Empty when any reward is not 0 or 1.
     """
     by_task: dict[str, list[float]] = defaultdict(list)
-    for result in results:
+    for result in counted(results):
         by_task[result.task_name].append(result.reward if result.reward is not None else 0.0)
     if not by_task or any(r not in (0.0, 1.0) for rs in by_task.values() for r in rs):
         return {}
@@ -46,11 +52,12 @@ def pass_at_k(results: Sequence[TrialResult]) -> dict[int, float]:
 
 
 def summarize(job_id: str, job_dir: Path, results: list[TrialResult]) -> JobResult:
-    rewards = [r.reward if r.reward is not None else 0.0 for r in results]
+    rewards = [r.reward if r.reward is not None else 0.0 for r in counted(results)]
     return JobResult(
         job_id=job_id,
         job_dir=str(job_dir),
         n_trials=len(results),
+        n_counted=len(rewards),
         mean_reward=sum(rewards) / len(rewards) if rewards else None,
         pass_at_k=pass_at_k(results),
         counts_by_status=dict(Counter(r.status for r in results)),

@@ -63,7 +63,7 @@ async def prewarm(
     for task in loaded:
         try:
             plan = await builder.plan(task, mapping)
-        except TrialboxError as exc:
+        except Exception as exc:  # every failure becomes a row; the others still build
             failed_plans.append(
                 PrewarmRow(tag=None, tasks=[task.name], status="failed", seconds=0, error=str(exc))
             )
@@ -81,7 +81,7 @@ async def prewarm(
                     tag=outcome.tag, tasks=names, status=outcome.status,
                     seconds=time.monotonic() - started,
                 )  # fmt: skip
-            except TrialboxError as exc:
+            except Exception as exc:
                 row = PrewarmRow(
                     tag=tag, tasks=names, status="failed", seconds=time.monotonic() - started,
                     error=str(exc),

@@ -83,9 +83,15 @@ class JobResult(BaseModel):
     job_id: str
     job_dir: str
     n_trials: int
-    mean_reward: float | None = Field(None, description="Mean over trials; no reward counts 0.")
+    n_counted: int = Field(
+        0, description="Trials that count: not cancelled and not discarded for infra reasons."
+    )
+    mean_reward: float | None = Field(
+        None, description="Mean over the counted trials; one without a reward counts 0."
+    )
     pass_at_k: dict[int, float] = Field(
-        default_factory=dict, description="Unbiased pass@k per task, averaged; 0/1 rewards only."
+        default_factory=dict,
+        description="Unbiased pass@k per task over the counted trials, averaged; 0/1 rewards.",
     )
     counts_by_status: dict[str, int] = Field(default_factory=dict)
     counts_by_error_category: dict[str, int] = Field(default_factory=dict)

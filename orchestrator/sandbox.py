@@ -22,6 +22,7 @@ from orchestrator.errors import (
     SandboxNotFoundError,
     SandboxTimeoutError,
 )
+from orchestrator.shielding import ride_out_cancels
 
 LABEL_TRIAL = "trialbox.trial"
 LABEL_JOB = "trialbox.job"
@@ -31,18 +32,7 @@ DEFAULT_OUTPUT_CAP = 1024 * 1024
 KILL_AFTER_SEC = 5.0
 HOST_BACKSTOP_SEC = 15.0
 CREATE_SETTLE_SEC = 60.0
-
-
-async def _settle(task: asyncio.Future[object], limit: float) -> bool:
-    """Wait up to `limit` for `task` to end, riding out cancels; True if one arrived."""
-    cancelled = False
-    deadline = time.monotonic() + limit
-    while not task.done() and time.monotonic() < deadline:
-        try:
-            await asyncio.wait({task}, timeout=deadline - time.monotonic())
-        except asyncio.CancelledError:
-            cancelled = True
-    return cancelled
+DESTROY_SETTLE_SEC = 60.0
 
 
 class SandboxSpec(BaseModel):
@@ -127,7 +117,7 @@ class DockerSandbox:
         except SandboxConflictError:
             raise  # the name belongs to another container: not ours to remove
         except BaseException:
-            cancelled = await _settle(creating, CREATE_SETTLE_SEC)
+            cancelled = await ride_out_cancels(creating, CREATE_SETTLE_SEC)
             await cls(spec.container_name, spec).destroy()
             if cancelled:
                 raise asyncio.CancelledError from None
@@ -240,12 +230,11 @@ class DockerSandbox:
         """Remove the container. Runs once, whatever cancels the caller meanwhile."""
         if self._destroy_task is None:
             self._destroy_task = asyncio.ensure_future(self._remove())
-        try:
-            await asyncio.shield(self._destroy_task)
-        except asyncio.CancelledError:
-            # Let the removal finish before the cancellation goes on.
-            await asyncio.wait({self._destroy_task}, timeout=30)
-            raise
+        # Let the removal finish before a cancellation goes on.
+        if await ride_out_cancels(self._destroy_task, DESTROY_SETTLE_SEC):
+            raise asyncio.CancelledError
+        if self._destroy_task.done():
+            self._destroy_task.result()  # a failed removal is the caller's to hear about
 
     @property
     def destroyed(self) -> bool:

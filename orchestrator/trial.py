@@ -37,6 +37,7 @@ from orchestrator.result import AgentOutcome, Phase, TrialError, TrialResult
 from orchestrator.rewards import headline_reward, read_rewards
 from orchestrator.sandbox import DockerSandbox, SandboxSpec
 from orchestrator.scrub import Scrubber
+from orchestrator.shielding import ride_out_cancels
 from orchestrator.task import Task, load_task
 from relay import Ending, Relay, RelayOutcome, RelayPolicy
 
@@ -259,11 +260,9 @@ class Trial:
         except Exception as exc:  # recorded with its phase; the trial still cleans up
             self._fail(exc)
         finish = asyncio.ensure_future(self._finish(staged, verified, cancelled, started))
-        while not finish.done():
-            try:
-                await asyncio.shield(finish)
-            except asyncio.CancelledError:
-                cancelled = True  # teardown and the result file complete first, then it goes on
+        # Teardown and the result file complete first (each step is bounded), then it goes on.
+        if await ride_out_cancels(finish):
+            cancelled = True
         finish.result()
         if cancelled:
             raise asyncio.CancelledError

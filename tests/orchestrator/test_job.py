@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator import JobResult, TrialConfig, TrialResult, run_job
 from orchestrator.job import pass_at_k, summarize
+from orchestrator.result import TrialError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"
@@ -112,3 +113,25 @@ def test_summarize_counts() -> None:
     assert job.mean_reward == 0.5
     assert job.counts_by_status == {"success": 1, "failure": 1}
     assert summarize("j", Path("/jobs/j"), []).mean_reward is None
+
+
+def test_infra_failures_and_cancellations_do_not_count() -> None:
+    """They say nothing about the agent: a trainer discards them, and so do the aggregates."""
+    infra = trial("a", None, status="failure")
+    infra.error = TrialError(
+        category="infra", phase="start", type="SandboxError", message="engine gone",
+        discardable=True,
+    )  # fmt: skip
+    agent_miss = trial("a", None, status="failure")
+    agent_miss.error = TrialError(
+        category="agent", phase="agent", type="WorkflowError", message="no answer",
+        discardable=False,
+    )  # fmt: skip
+    results = [trial("a", 1.0), infra, trial("a", None, status="cancelled"), agent_miss]
+
+    job = summarize("j", Path("/jobs/j"), results)
+
+    assert (job.n_trials, job.n_counted) == (4, 2)
+    assert job.mean_reward == 0.5  # the success and the agent's miss
+    assert pass_at_k(results) == {1: 0.5, 2: 1.0}
+    assert job.counts_by_error_category == {"infra": 1, "agent": 1}

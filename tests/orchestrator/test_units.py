@@ -14,7 +14,7 @@ from orchestrator.agents import CommandAgent, NopAgent, OracleAgent, WorkflowAge
 from orchestrator.archive import TRUNCATION_NOTE, extract_stream, tar_of_files
 from orchestrator.config import parse_image_map
 from orchestrator.dockerfile import (
-    base_images,
+    final_stage_image,
     final_stage_user,
     map_base_images,
     patch_dockerfile,
@@ -93,11 +93,13 @@ def test_mapping_touches_only_mapped_from_lines() -> None:
         "COPY --from=build /x /x",
     ]
     assert map_base_images(text, {}) == text
-    assert base_images(text) == [
-        "python:3.11-slim-bookworm",
-        "debian:bookworm",
-        "python:3.11-slim-bookworm",
-    ]
+
+
+def test_final_stage_image_follows_stage_names() -> None:
+    text = "FROM python:3.11-slim-bookworm AS base\nRUN true\nFROM base AS app\nFROM app\n"
+    assert final_stage_image(text) == "python:3.11-slim-bookworm"
+    assert final_stage_user(text, {"python:3.11-slim-bookworm": "app"}) == "app"
+    assert final_stage_image(text + "USER x\n") is None
 
 
 # -- reward files -----------------------------------------------------------------------------
