@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -38,13 +38,6 @@ class TtlCache(Generic[V]):
         item = self._items.get(key)
         return None if item is None else item[1]
 
-    def __contains__(self, key: str) -> bool:
-        return self.get(key) is not None
-
     def __len__(self) -> int:
         self._prune()
         return len(self._items)
-
-    def keys(self) -> Iterator[str]:
-        self._prune()
-        return iter(list(self._items))
