@@ -223,18 +223,19 @@ class TrialEngine:
         except asyncio.CancelledError:
             result = rollout.trial.result if rollout.trial is not None else None
             if result is None or result.status not in ("success", "failure", "cancelled"):
-                result = self._cancelled_result(rollout)
+                result = self._result_without_trial(rollout)
         except Exception as exc:  # a bug, not a trial outcome: keep the engine serving
             log.exception("rollout %s crashed", request.rollout_id)
-            result = self._cancelled_result(rollout, status="failure", message=repr(exc))
+            result = self._result_without_trial(rollout, status="failure", message=repr(exc))
         finally:
             if result is None:
-                result = self._cancelled_result(rollout)
+                result = self._result_without_trial(rollout)
             self._settle(rollout, result)
 
-    def _cancelled_result(
+    def _result_without_trial(
         self, rollout: _Rollout, *, status: str = "cancelled", message: str | None = None
     ) -> TrialResult:
+        """The result of a rollout whose trial wrote none: cancelled before it ran, or a bug."""
         now = datetime.now(UTC)
         error = None
         if message is not None:
@@ -250,7 +251,7 @@ class TrialEngine:
 
     def _settle_if_live(self, rollout: _Rollout) -> None:
         if self._live.get(rollout.request.rollout_id) is rollout:
-            self._settle(rollout, self._cancelled_result(rollout))
+            self._settle(rollout, self._result_without_trial(rollout))
 
     def _settle(self, rollout: _Rollout, result: TrialResult) -> None:
         rollout_id = rollout.request.rollout_id
