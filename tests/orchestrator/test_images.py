@@ -134,3 +134,26 @@ async def test_plan_refuses_symlinks_out_of_the_task(
     except TaskError:
         return
     assert all(b"host secret" not in data for data, _mode in plan.context.values())
+
+
+async def test_an_image_without_python3_fails_its_build_saying_so(
+    config: TrialConfig, make_task
+) -> None:
+    """The runtime layer needs the image's own python3; its absence is named in the error."""
+    marker = uuid.uuid4().hex
+    task = make_task(
+        "no-python",
+        dockerfile=(
+            f"FROM python:3.11-slim-bookworm\nRUN echo {marker} && "
+            "rm -f /usr/bin/python3 /usr/bin/python3.* /usr/local/bin/python3*\n"
+        ),
+    )
+
+    result = await run_trial(task, "nop", config=config)
+
+    assert result.status == "failure"
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("infra", "image")
+    assert result.error.type == "ImageBuildError"
+    assert "has no python3 on PATH" in result.error.message
+    assert "CPython >= 3.9" in result.error.message
