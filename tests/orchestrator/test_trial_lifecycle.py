@@ -73,3 +73,68 @@ async def test_cancelled_trial_cleans_up_and_says_so(
     assert result.agent.termination == "aborted"
     assert result.reward is None
     assert json.loads(result_file.read_text())["finished_at"] is not None
+
+
+async def test_a_failed_teardown_keeps_a_scored_trial_scored(
+    config: TrialConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine removes the container but then errors (a fault it won't make on demand):
+    the score stands and the failure is reported as a warning."""
+    from orchestrator.errors import SandboxError
+    from orchestrator.sandbox import DockerSandbox
+
+    real_remove = DockerSandbox._remove
+
+    async def remove_then_fail(self: DockerSandbox) -> None:
+        await real_remove(self)
+        raise SandboxError("remove container: engine error 500: injected")
+
+    monkeypatch.setattr(DockerSandbox, "_remove", remove_then_fail)
+    result = await run_trial(HELLO, "oracle", config=config)
+
+    assert (result.status, result.reward, result.error) == ("success", 1.0, None)
+    assert any("teardown failed" in w and "injected" in w for w in result.warnings)
+
+
+async def test_an_exec_is_never_run_twice_when_the_engine_errs_after_it(
+    config: TrialConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transport error after the command ran must not make a retry run it again."""
+    import requests
+
+    from orchestrator import docker_api
+    from orchestrator.errors import SandboxError
+    from orchestrator.sandbox import DockerSandbox, SandboxSpec
+
+    spec = SandboxSpec(
+        image=(await _hello_image(config)), trial_id="once-only", job_id="job-once",
+        owner=config.owner,
+    )  # fmt: skip
+    sandbox = await DockerSandbox.create(spec)
+    try:
+        api = docker_api.docker_client().api
+        real_inspect = api.exec_inspect
+        calls = {"n": 0}
+
+        def flaky_inspect(exec_id: str) -> dict:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise requests.exceptions.ConnectionError("injected: connection reset")
+            return real_inspect(exec_id)
+
+        monkeypatch.setattr(api, "exec_inspect", flaky_inspect)
+        with pytest.raises(SandboxError, match="injected"):
+            await sandbox.exec("echo ran >> /tmp/count", timeout_sec=10)
+        monkeypatch.setattr(api, "exec_inspect", real_inspect)
+        counted = await sandbox.exec("wc -l < /tmp/count", timeout_sec=10)
+        assert counted.output.strip() == "1"
+    finally:
+        await sandbox.destroy()
+
+
+async def _hello_image(config: TrialConfig) -> str:
+    from orchestrator import load_task
+    from orchestrator.images import default_builder
+
+    built = await default_builder().ensure_image(load_task(HELLO), config.base_image_map)
+    return built.tag
