@@ -46,7 +46,7 @@ AGENT_STDERR = f"{paths.AGENT_DIR}/stderr.txt"
 VERIFIER_STDOUT = f"{paths.VERIFIER_DIR}/test-stdout.txt"
 COLLECT_LIMIT_SEC = 300.0
 TEARDOWN_LIMIT_SEC = 60.0
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 def new_id(prefix: str) -> str:
@@ -56,7 +56,7 @@ def new_id(prefix: str) -> str:
 
 
 def check_id(value: str, what: str) -> str:
-    if not _ID.match(value):
+    if not _ID.fullmatch(value):
         raise ValueError(f"{what} {value!r}: use 1-128 letters, digits, '_', '.', '-'")
     return value
 

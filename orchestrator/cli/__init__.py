@@ -12,6 +12,7 @@ import sys
 from rich.console import Console
 
 from orchestrator.cli import prewarm, run, serve
+from orchestrator.cli.common import print_error
 from orchestrator.errors import TrialboxError
 
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args, console)
     except (TrialboxError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        print_error(console, exc)
         return 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: running trials were cancelled and torn down[/]")

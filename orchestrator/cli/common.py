@@ -5,10 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
+
 from orchestrator.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
 from orchestrator.task import Task, discover_tasks, load_task, resolve_task_id
 
 EXIT_INFRA = 3
+
+
+def print_error(console: Console, message: object) -> None:
+    """An error line a user can copy from: never wrapped, never read as markup."""
+    console.print(f"[red]error:[/] {escape(str(message))}", soft_wrap=True)
 
 
 def add_task_options(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +28,17 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="dataset mode: the task folder PATH/ID (repeatable); ids may not leave PATH",
     )
+
+
+def add_agent_options(parser: argparse.ArgumentParser, *, what: str = "agent") -> None:
+    """--agent and --n-concurrent, as `run` and `serve` both take them."""
+    parser.add_argument(
+        "--agent",
+        default="oracle",
+        help=f"{what}: oracle | nop | command:<shell command> | "
+        "workflow:<module or file.py>:<Class> (default: oracle)",
+    )
+    parser.add_argument("--n-concurrent", type=int, default=4, help="trials at once (default: 4)")
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.cli.common import add_base_image_option, add_task_options, config_of, tasks_of
+from orchestrator.cli.common import (
+    add_base_image_option,
+    add_task_options,
+    config_of,
+    print_error,
+    tasks_of,
+)
 from orchestrator.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
 
 
@@ -61,7 +67,7 @@ async def _prewarm(args: argparse.Namespace, console: Console) -> int:
         except PrewarmError as exc:
             progress.stop()
             console.print(_table(exc.rows))
-            console.print(f"[red]error:[/] {exc}")
+            print_error(console, exc)
             return 1
     console.print(_table(rows))
     return 0
@@ -69,6 +75,6 @@ async def _prewarm(args: argparse.Namespace, console: Console) -> int:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     if args.max_parallel < 1:
-        console.print("[red]error:[/] --max-parallel must be at least 1")
+        print_error(console, "--max-parallel must be at least 1")
         return 1
     return asyncio.run(_prewarm(args, console))

@@ -13,9 +13,11 @@ from rich.table import Table
 from orchestrator.agents import parse_agent
 from orchestrator.cli.common import (
     EXIT_INFRA,
+    add_agent_options,
     add_config_options,
     add_task_options,
     config_of,
+    print_error,
     tasks_of,
 )
 from orchestrator.job import run_job
@@ -32,13 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         ),
     )
     add_task_options(run)
-    run.add_argument(
-        "--agent",
-        default="oracle",
-        help="oracle | nop | command:<shell command> | workflow:<module or file.py>:<Class> "
-        "(default: oracle)",
-    )
-    run.add_argument("--n-concurrent", type=int, default=4, help="trials at once (default: 4)")
+    add_agent_options(run)
     run.add_argument("--attempts", type=int, default=1, help="trials per task (default: 1)")
     add_config_options(run)
     run.add_argument(
@@ -116,6 +112,6 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     if args.n_concurrent < 1 or args.attempts < 1:
-        console.print("[red]error:[/] --n-concurrent and --attempts must be at least 1")
+        print_error(console, "--n-concurrent and --attempts must be at least 1")
         return 1
     return asyncio.run(_run(args, console))

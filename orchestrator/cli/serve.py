@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.cli.common import add_config_options, config_of
+from orchestrator.cli.common import add_agent_options, add_config_options, config_of, print_error
 from orchestrator.engine import DEFAULT_RETENTION_SEC
 from orchestrator.task import discover_tasks
 
@@ -30,7 +30,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    parser.add_argument("--agent", default="oracle", help="default agent (default: oracle)")
+    add_agent_options(parser, what="the default agent")
     parser.add_argument(
         "--allow-agent",
         action="append",
@@ -44,7 +44,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="let requests name a task folder on this host by path (off: task_id or the "
         "template task only)",
     )
-    parser.add_argument("--n-concurrent", type=int, default=4, help="trials at once (default: 4)")
     parser.add_argument(
         "--max-queue-depth",
         type=int,
@@ -78,12 +77,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
         from orchestrator.server import create_app
     except ImportError:
-        console.print("[red]error:[/] serving needs the extra: pip install 'trialbox[serve]'")
+        print_error(console, "serving needs the extra: pip install 'trialbox[serve]'")
         return 1
     from orchestrator.engine import TrialEngine
 
     if args.max_queue_depth is not None and args.max_queue_depth < 1:
-        console.print("[red]error:[/] --max-queue-depth must be at least 1 (omit it for no bound)")
+        print_error(console, "--max-queue-depth must be at least 1 (omit it for no bound)")
         return 1
     engine = TrialEngine(
         n_concurrent=args.n_concurrent, max_queue_depth=args.max_queue_depth,

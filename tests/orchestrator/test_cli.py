@@ -1,0 +1,80 @@
+"""The `trialbox` command as a user runs it: exit codes, JSON output, errors, help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tests.conftest import BASE_IMAGE, OFFICIAL_IMAGE, REPO_ROOT
+
+HELLO = REPO_ROOT / "examples" / "hello-oracle"
+
+
+def trialbox(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def mapped(*args: str) -> list[str]:
+    return [*args, "--base-image", f"{OFFICIAL_IMAGE}={BASE_IMAGE}"]
+
+
+def test_run_prints_the_job_as_json_and_exits_zero(docker_ready, tmp_path: Path) -> None:
+    done = trialbox(
+        *mapped("run", str(HELLO), "--jobs-dir", str(tmp_path), "--attempts", "2", "--json")
+    )
+
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    assert job["n_trials"] == 2
+    assert job["counts_by_status"] == {"success": 2}
+    assert job["pass_at_k"] == {"1": 1.0, "2": 1.0}
+    assert all(Path(t["trial_dir"], "result.json").is_file() for t in job["trials"])
+
+
+def test_run_exits_three_when_a_trial_failed_for_infra_reasons(
+    docker_ready, tmp_path: Path, make_task
+) -> None:
+    task = make_task(
+        "unbuildable", dockerfile=f"FROM {OFFICIAL_IMAGE}\nRUN echo {uuid.uuid4().hex} && false\n"
+    )
+    done = trialbox(*mapped("run", str(task), "--jobs-dir", str(tmp_path / "jobs")))
+
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "infra" in done.stdout
+
+
+def test_run_refuses_a_broken_task_naming_the_file(docker_ready, tmp_path: Path, make_task) -> None:
+    task = make_task("typo", task_toml='[agent]\ntimeout_sec = "soon"\n')
+    done = trialbox("run", str(task), "--jobs-dir", str(tmp_path / "jobs"))
+
+    assert done.returncode == 1
+    assert "task.toml" in done.stdout and "agent.timeout_sec" in done.stdout
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_run_refuses_a_task_id_that_leaves_the_tasks_dir(docker_ready, tmp_path: Path) -> None:
+    done = trialbox("run", str(REPO_ROOT / "examples"), "--task-id", "../README.md")
+
+    assert done.returncode == 1
+    assert "must be a relative name inside" in done.stdout
+
+
+def test_help_documents_every_option() -> None:
+    for command, options in {
+        "run": ["--agent", "--n-concurrent", "--attempts", "--jobs-dir", "--keep-containers",
+                "--base-image", "--task-id", "--label", "--json"],
+        "prewarm": ["--base-image", "--max-parallel", "--task-id"],
+        "serve": ["--task", "--tasks-dir", "--host", "--port", "--agent", "--allow-agent",
+                  "--allow-task-paths", "--n-concurrent", "--max-queue-depth",
+                  "--retention-sec", "--drain-sec", "--prewarm"],
+    }.items():  # fmt: skip
+        shown = trialbox(command, "--help")
+        assert shown.returncode == 0
+        for option in options:
+            assert option in shown.stdout, f"trialbox {command} --help does not show {option}"
