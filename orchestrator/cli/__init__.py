@@ -11,7 +11,7 @@ import sys
 
 from rich.console import Console
 
-from orchestrator.cli import prewarm, run, serve
+from orchestrator.cli import prewarm, reap, run, serve
 from orchestrator.cli.common import print_error
 from orchestrator.errors import TrialboxError
 
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(commands)
     prewarm.add_parser(commands)
     serve.add_parser(commands)
+    reap.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,48 @@
+"""`trialbox reap`: list, then remove, trial containers left behind (by their labels)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.cli.common import print_error
+from orchestrator.reap import find_leftovers, reap
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "reap",
+        help="remove trial containers left behind (e.g. by a crashed run)",
+        description="Lists the containers labelled trialbox.trial, narrowed by owner or job, "
+        "and removes them unless --dry-run. Needs --owner, --job or --all.",
+    )
+    parser.add_argument("--owner", help="only containers with this trialbox.owner label")
+    parser.add_argument("--job", help="only containers of this job id (trialbox.job)")
+    parser.add_argument("--all", action="store_true", help="every trial container on the engine")
+    parser.add_argument("--dry-run", action="store_true", help="list, remove nothing")
+    parser.set_defaults(handler=handle)
+
+
+async def _reap(args: argparse.Namespace, console: Console) -> int:
+    leftovers = await find_leftovers(owner=args.owner, job=args.job)
+    table = Table(title=f"{len(leftovers)} trial container(s)")
+    for column in ("name", "job", "owner", "state"):
+        table.add_column(column)
+    for leftover in leftovers:
+        table.add_row(leftover.name, leftover.job, leftover.owner, leftover.state)
+    console.print(table)
+    if args.dry_run or not leftovers:
+        return 0
+    removed = await reap(leftovers)
+    console.print(f"removed {removed} container(s)")
+    return 0
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    if not (args.owner or args.job or args.all):
+        print_error(console, "say whose containers: --owner OWNER, --job JOB or --all")
+        return 1
+    return asyncio.run(_reap(args, console))

@@ -1,0 +1,62 @@
+"""Finding and removing leftover trial containers by their labels.
+
+Every container trialbox starts carries `trialbox.trial`, `trialbox.job` and
+`trialbox.owner`, so what a crashed orchestrator left behind can always be found again.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from orchestrator import docker_api
+from orchestrator.errors import SandboxNotFoundError
+from orchestrator.sandbox import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL
+
+
+class Leftover(BaseModel):
+    """One trial container, as the engine lists it."""
+
+    name: str
+    trial: str
+    job: str
+    owner: str
+    state: str
+
+
+async def find_leftovers(*, owner: str | None = None, job: str | None = None) -> list[Leftover]:
+    """Trial containers (running or not), optionally only one owner's or one job's."""
+    labels = [LABEL_TRIAL]
+    if owner is not None:
+        labels.append(f"{LABEL_OWNER}={owner}")
+    if job is not None:
+        labels.append(f"{LABEL_JOB}={job}")
+    api = docker_api.docker_client().api
+    found = await docker_api.call(
+        "list trial containers", api.containers, all=True, filters={"label": labels}
+    )
+    return [
+        Leftover(
+            name=(c.get("Names") or ["?"])[0].lstrip("/"),
+            trial=c["Labels"].get(LABEL_TRIAL, ""),
+            job=c["Labels"].get(LABEL_JOB, ""),
+            owner=c["Labels"].get(LABEL_OWNER, ""),
+            state=c.get("State", ""),
+        )
+        for c in found
+    ]
+
+
+async def reap(leftovers: list[Leftover]) -> int:
+    """Remove these containers (forcefully); returns how many were removed."""
+    api = docker_api.docker_client().api
+    removed = 0
+    for leftover in leftovers:
+        try:
+            await docker_api.call(
+                f"remove container {leftover.name}",
+                api.remove_container, leftover.name, force=True, v=True,
+            )  # fmt: skip
+            removed += 1
+        except SandboxNotFoundError:
+            pass  # gone meanwhile
+    return removed
