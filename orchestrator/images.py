@@ -235,10 +235,17 @@ class ImageBuilder:
         return BuildOutcome(tag=plan.tag, status="built", seconds=time.monotonic() - started)
 
     async def ensure_image(
-        self, task: Task, base_image_map: Mapping[str, str] | None = None
+        self,
+        task: Task,
+        base_image_map: Mapping[str, str] | None = None,
+        *,
+        plan: BuildPlan | None = None,
     ) -> BuildOutcome:
-        """The task's image, built at most once however many trials ask at the same time."""
-        plan = await self.plan(task, base_image_map or {})
+        """The task's image, built at most once however many trials ask at the same time.
+
+        `plan`, when the caller made it already (prewarm does), saves reading the task again.
+        """
+        plan = plan or await self.plan(task, base_image_map or {})
         started = time.monotonic()
         inflight = self._inflight.get(asyncio.get_running_loop(), {})
         joined = plan.tag in inflight

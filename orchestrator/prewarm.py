@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from orchestrator.errors import TrialboxError
-from orchestrator.images import ImageBuilder, default_builder
+from orchestrator.images import BuildPlan, ImageBuilder, default_builder
 from orchestrator.task import Task, load_task
 
 DEFAULT_PARALLEL_BUILDS = 2
@@ -58,7 +58,8 @@ async def prewarm(
     builder = builder or default_builder()
     mapping = dict(base_image_map or {})
     loaded = [t if isinstance(t, Task) else await asyncio.to_thread(load_task, t) for t in tasks]
-    by_tag: dict[str | None, list[Task]] = {}
+    by_tag: dict[str, list[Task]] = {}
+    plans: dict[str, BuildPlan] = {}
     failed_plans: list[PrewarmRow] = []
     for task in loaded:
         try:
@@ -69,14 +70,15 @@ async def prewarm(
             )
             continue
         by_tag.setdefault(plan.tag, []).append(task)
+        plans[plan.tag] = plan
     slots = asyncio.Semaphore(max(1, max_parallel))
 
-    async def one(tag: str | None, group: list[Task]) -> PrewarmRow:
+    async def one(tag: str, group: list[Task]) -> PrewarmRow:
         started = time.monotonic()
         names = [t.name for t in group]
         async with slots:
             try:
-                outcome = await builder.ensure_image(group[0], mapping)
+                outcome = await builder.ensure_image(group[0], mapping, plan=plans[tag])
                 row = PrewarmRow(
                     tag=outcome.tag, tasks=names, status=outcome.status,
                     seconds=time.monotonic() - started,
