@@ -7,11 +7,21 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
 from orchestrator.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
 from orchestrator.task import Task, discover_tasks, load_task, resolve_task_id
 
 EXIT_INFRA = 3
+
+
+def progress_bar(console: Console, *, disable: bool = False) -> Progress:
+    """The live progress display of long CLI work: spinner, bar, count, elapsed time."""
+    return Progress(
+        SpinnerColumn(), "[progress.description]{task.description}", BarColumn(),
+        MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+        disable=disable,
+    )  # fmt: skip
 
 
 def print_error(console: Console, message: object) -> None:

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 from rich.table import Table
 
 from orchestrator.cli.common import (
@@ -14,6 +13,7 @@ from orchestrator.cli.common import (
     add_task_options,
     config_of,
     print_error,
+    progress_bar,
     tasks_of,
 )
 from orchestrator.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
@@ -54,10 +54,7 @@ def _table(rows: list[PrewarmRow]) -> Table:
 async def _prewarm(args: argparse.Namespace, console: Console) -> int:
     tasks = tasks_of(args)
     config = config_of(args)
-    with Progress(
-        SpinnerColumn(), "[progress.description]{task.description}", BarColumn(),
-        MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
-    ) as progress:  # fmt: skip
+    with progress_bar(console) as progress:
         bar = progress.add_task(f"images of {len(tasks)} task(s)", total=None)
         try:
             rows = await prewarm(

@@ -7,7 +7,6 @@ import asyncio
 import json
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 from rich.table import Table
 
 from orchestrator.agents import parse_agent
@@ -18,6 +17,7 @@ from orchestrator.cli.common import (
     add_task_options,
     config_of,
     print_error,
+    progress_bar,
     tasks_of,
 )
 from orchestrator.job import run_job
@@ -84,11 +84,7 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
     tasks = tasks_of(args)
     agent = parse_agent(args.agent)
     total = len(tasks) * args.attempts
-    with Progress(
-        SpinnerColumn(), "[progress.description]{task.description}", BarColumn(),
-        MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
-        disable=args.json,
-    ) as progress:  # fmt: skip
+    with progress_bar(console, disable=args.json) as progress:
         bar = progress.add_task(f"{args.agent} on {len(tasks)} task(s)", total=total)
 
         def done(result: TrialResult) -> None:
