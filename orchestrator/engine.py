@@ -107,7 +107,12 @@ class TrialEngine:
         line = self.waiting + 1
         return max(1, min(300, math.ceil(self._mean_trial_sec * line / self.n_concurrent)))
 
-    def _check_capacity(self) -> None:
+    def _admit(self, request: RolloutRequest) -> None:
+        """Refuse a rollout the engine cannot take now: closing, a duplicate id, a full queue."""
+        if self._closed:
+            raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
+        if request.rollout_id in self._live:
+            raise DuplicateRollout(f"rollout {request.rollout_id!r} is still in flight")
         if self.max_queue_depth is None:
             return
         would_wait = max(0, len(self._live) + 1 - self.n_concurrent)
@@ -150,20 +155,12 @@ class TrialEngine:
 
         `task` and `agent` skip loading when the caller has them already (run_job does).
         """
-        if self._closed:
-            raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
-        if request.rollout_id in self._live:
-            raise DuplicateRollout(f"rollout {request.rollout_id!r} is still in flight")
-        self._check_capacity()
+        self._admit(request)
         if task is None or agent is None:
             loaded_task, loaded_agent = await self._load(request)
             task, agent = task or loaded_task, agent or loaded_agent
             # Loading awaited: the engine may have closed, or the same id come in, meanwhile.
-            if self._closed:
-                raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
-            if request.rollout_id in self._live:
-                raise DuplicateRollout(f"rollout {request.rollout_id!r} is still in flight")
-            self._check_capacity()
+            self._admit(request)
         loop = self.loop = asyncio.get_running_loop()
         rollout = _Rollout(
             request, task, agent, attempt, loop.create_future(),
