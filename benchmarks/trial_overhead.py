@@ -29,8 +29,8 @@ import docker
 from bench_common import DEFAULT_MAP, make_task, percentile
 
 from orchestrator import TrialConfig, load_task, run_trial
-from orchestrator.config import parse_image_map
-from orchestrator.images import default_builder
+from orchestrator.backends.docker.images import default_builder
+from orchestrator.trials.config import parse_image_map
 
 
 def input_tar() -> bytes:

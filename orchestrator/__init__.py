@@ -9,18 +9,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from orchestrator.config import TrialConfig
-from orchestrator.errors import (
+from orchestrator.common.errors import (
     ImageBuildError,
     RewardFileError,
     SandboxError,
     TaskError,
     TrialboxError,
 )
-from orchestrator.job import run_job
-from orchestrator.result import JobResult, TrialResult
-from orchestrator.task import Task, load_task
-from orchestrator.trial import run_trial
+from orchestrator.service.job import run_job
+from orchestrator.tasks.task import Task, load_task
+from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.result import JobResult, TrialResult
+from orchestrator.trials.trial import run_trial
 
 
 def run_trial_sync(*args: Any, **kwargs: Any) -> TrialResult:

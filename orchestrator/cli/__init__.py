@@ -13,7 +13,7 @@ from rich.console import Console
 
 from orchestrator.cli import prewarm, reap, run, serve
 from orchestrator.cli.common import print_error
-from orchestrator.errors import TrialboxError
+from orchestrator.common.errors import TrialboxError
 
 
 def build_parser() -> argparse.ArgumentParser:

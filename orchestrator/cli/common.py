@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
-from orchestrator.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
-from orchestrator.task import Task, discover_tasks, load_task, resolve_task_id
+from orchestrator.tasks.task import Task, discover_tasks, load_task, resolve_task_id
+from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
 
 EXIT_INFRA = 3
 

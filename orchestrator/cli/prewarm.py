@@ -16,7 +16,7 @@ from orchestrator.cli.common import (
     progress_bar,
     tasks_of,
 )
-from orchestrator.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
+from orchestrator.service.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

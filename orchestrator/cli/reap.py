@@ -8,8 +8,8 @@ import asyncio
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.backends.docker.leftovers import find_leftovers, reap
 from orchestrator.cli.common import print_error
-from orchestrator.reap import find_leftovers, reap
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -9,7 +9,6 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.agents import parse_agent
 from orchestrator.cli.common import (
     EXIT_INFRA,
     add_agent_options,
@@ -20,8 +19,9 @@ from orchestrator.cli.common import (
     progress_bar,
     tasks_of,
 )
-from orchestrator.job import run_job
-from orchestrator.result import JobResult, TrialResult
+from orchestrator.service.job import run_job
+from orchestrator.trials.agents import parse_agent
+from orchestrator.trials.result import JobResult, TrialResult
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.console import Console
 
 from orchestrator.cli.common import add_agent_options, add_config_options, config_of, print_error
-from orchestrator.engine import DEFAULT_RETENTION_SEC
-from orchestrator.task import discover_tasks
+from orchestrator.service.engine import DEFAULT_RETENTION_SEC
+from orchestrator.tasks.task import discover_tasks
 
 TOKEN_ENV = "TRIALBOX_ADMIN_TOKEN"
 
@@ -75,11 +75,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     try:
         import uvicorn
 
-        from orchestrator.server import create_app
+        from orchestrator.service.server import create_app
     except ImportError:
         print_error(console, "serving needs the extra: pip install 'trialbox[serve]'")
         return 1
-    from orchestrator.engine import TrialEngine
+    from orchestrator.service.engine import TrialEngine
 
     if args.max_queue_depth is not None and args.max_queue_depth < 1:
         print_error(console, "--max-queue-depth must be at least 1 (omit it for no bound)")

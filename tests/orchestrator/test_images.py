@@ -12,7 +12,7 @@ import docker.errors
 import pytest
 
 from orchestrator import TaskError, TrialConfig, load_task, run_trial
-from orchestrator.images import TASK_REPO, ImageBuilder
+from orchestrator.backends.docker.images import TASK_REPO, ImageBuilder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"

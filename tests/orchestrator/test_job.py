@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator import JobResult, TrialConfig, TrialResult, run_job
-from orchestrator.job import pass_at_k, summarize
-from orchestrator.result import TrialError
+from orchestrator.service.job import pass_at_k, summarize
+from orchestrator.trials.result import TrialError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator import TaskError, TrialConfig, load_task, run_job, run_trial
-from orchestrator.materialize import materialize
-from orchestrator.task import discover_tasks, resolve_task_id
+from orchestrator.tasks.task import discover_tasks, resolve_task_id
+from orchestrator.trials.materialize import materialize
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"

@@ -80,8 +80,8 @@ async def test_a_failed_teardown_keeps_a_scored_trial_scored(
 ) -> None:
     """The engine removes the container but then errors (a fault it won't make on demand):
     the score stands and the failure is reported as a warning."""
-    from orchestrator.errors import SandboxError
-    from orchestrator.sandbox import DockerSandbox
+    from orchestrator.backends.docker.sandbox import DockerSandbox
+    from orchestrator.common.errors import SandboxError
 
     real_remove = DockerSandbox._remove
 
@@ -102,9 +102,9 @@ async def test_an_exec_is_never_run_twice_when_the_engine_errs_after_it(
     """A transport error after the command ran must not make a retry run it again."""
     import requests
 
-    from orchestrator import docker_api
-    from orchestrator.errors import SandboxError
-    from orchestrator.sandbox import DockerSandbox, SandboxSpec
+    from orchestrator.backends.docker import api as docker_api
+    from orchestrator.backends.docker.sandbox import DockerSandbox, SandboxSpec
+    from orchestrator.common.errors import SandboxError
 
     spec = SandboxSpec(
         image=(await _hello_image(config)), trial_id="once-only", job_id="job-once",
@@ -134,7 +134,7 @@ async def test_an_exec_is_never_run_twice_when_the_engine_errs_after_it(
 
 async def _hello_image(config: TrialConfig) -> str:
     from orchestrator import load_task
-    from orchestrator.images import default_builder
+    from orchestrator.backends.docker.images import default_builder
 
     built = await default_builder().ensure_image(load_task(HELLO), config.base_image_map)
     return built.tag

@@ -16,7 +16,7 @@ import pytest
 
 from container_runtime.contract import ContainerInput, read_model
 from orchestrator import TrialConfig, run_trial
-from orchestrator.archive import TRUNCATION_NOTE
+from orchestrator.common.archive import TRUNCATION_NOTE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.ttl_cache import TtlCache
+from orchestrator.service.ttl_cache import TtlCache
 
 
 class Clock:

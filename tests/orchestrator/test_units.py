@@ -10,18 +10,24 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator import RewardFileError, TrialConfig
-from orchestrator.agents import CommandAgent, NopAgent, OracleAgent, WorkflowAgent, parse_agent
-from orchestrator.archive import TRUNCATION_NOTE, extract_stream, tar_of_files
-from orchestrator.config import parse_image_map
-from orchestrator.dockerfile import (
+from orchestrator.backends.docker.dockerfile import (
     final_stage_image,
     final_stage_user,
     map_base_images,
     patch_dockerfile,
 )
-from orchestrator.errors import AgentSpecError
-from orchestrator.rewards import headline_reward, read_rewards
-from orchestrator.scrub import REDACTED, Scrubber
+from orchestrator.common.archive import TRUNCATION_NOTE, extract_stream, tar_of_files
+from orchestrator.common.errors import AgentSpecError
+from orchestrator.common.scrub import REDACTED, Scrubber
+from orchestrator.trials.agents import (
+    CommandAgent,
+    NopAgent,
+    OracleAgent,
+    WorkflowAgent,
+    parse_agent,
+)
+from orchestrator.trials.config import parse_image_map
+from orchestrator.trials.rewards import headline_reward, read_rewards
 
 TOOLS = "trialbox-tools:0123456789abcdef0123"
 MAP = {"python:3.11-slim-bookworm": "trialbox-base/python3:bookworm"}

@@ -21,7 +21,7 @@ import docker.errors
 import pytest
 
 from orchestrator import TrialConfig, TrialResult, run_trial
-from orchestrator.sandbox import DockerSandbox, SandboxSpec
+from orchestrator.backends.docker.sandbox import DockerSandbox, SandboxSpec
 from relay import Ending, Relay, RelayPolicy
 from relay.launcher import SCOPE_MARKER
 

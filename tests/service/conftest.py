@@ -13,7 +13,7 @@ import docker
 import pytest
 
 from orchestrator import TrialConfig
-from orchestrator.engine import TrialEngine
+from orchestrator.service.engine import TrialEngine
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
 LONG = "command:sleep 60"
@@ -67,7 +67,7 @@ async def until_sandbox_up(
 
 def open_app(engine: TrialEngine, **kwargs: Any) -> Any:
     """An app whose requests may name the test agents and task folders by path."""
-    from orchestrator.server import create_app
+    from orchestrator.service.server import create_app
 
     kwargs.setdefault("agents", [LONG, "nop", "oracle"])
     kwargs.setdefault("task_paths", True)

@@ -23,9 +23,9 @@ import pytest
 from docker.models.containers import ContainerCollection
 
 from orchestrator import TrialConfig
-from orchestrator.abort import abort
-from orchestrator.engine import TrialEngine
-from orchestrator.rollouts import EngineClosed, RolloutRequest, RolloutStatus
+from orchestrator.service.abort import abort
+from orchestrator.service.engine import TrialEngine
+from orchestrator.service.rollouts import EngineClosed, RolloutRequest, RolloutStatus
 from tests.service.conftest import (
     LONG,
     TERMINAL,
@@ -219,7 +219,7 @@ def closed_port() -> int:
 async def test_a_failing_callback_endpoint_does_not_lose_the_result(
     make_engine: MakeEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="orchestrator.callbacks")
+    caplog.set_level(logging.WARNING, logger="orchestrator.service.callbacks")
     dead = f"http://127.0.0.1:{closed_port()}"
     engine = make_engine(agent="oracle")
     await engine.submit(

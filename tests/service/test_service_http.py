@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from orchestrator import TrialConfig
-from orchestrator.server import create_app
+from orchestrator.service.server import create_app
 from tests.service.conftest import (
     HELLO,
     LONG,

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from orchestrator import TrialConfig
-from orchestrator.engine import TrialEngine
-from orchestrator.prewarm import PrewarmError, PrewarmRow, prewarm
-from orchestrator.server import create_app
-from orchestrator.task import load_task
+from orchestrator.service.engine import TrialEngine
+from orchestrator.service.prewarm import PrewarmError, PrewarmRow, prewarm
+from orchestrator.service.server import create_app
+from orchestrator.tasks.task import load_task
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
 MakeTask = Callable[..., Path]

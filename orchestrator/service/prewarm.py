@@ -11,9 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from orchestrator.errors import TrialboxError
-from orchestrator.images import BuildPlan, ImageBuilder, default_builder
-from orchestrator.task import Task, load_task
+from orchestrator.backends.docker.images import BuildPlan, ImageBuilder, default_builder
+from orchestrator.common.errors import TrialboxError
+from orchestrator.tasks.task import Task, load_task
 
 DEFAULT_PARALLEL_BUILDS = 2
 

@@ -26,7 +26,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from orchestrator.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
+from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
 
 T = TypeVar("T")
 _TRANSPORT_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)

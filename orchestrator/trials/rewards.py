@@ -12,7 +12,7 @@ from pathlib import Path
 
 from container_runtime import paths
 from container_runtime.contract import InvalidRewardError, check_reward
-from orchestrator.errors import RewardFileError
+from orchestrator.common.errors import RewardFileError
 
 
 def _parse_json(text: str) -> dict[str, float]:

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 
-from orchestrator.errors import TrialboxError
-from orchestrator.result import TrialStatus
+from orchestrator.common.errors import TrialboxError
+from orchestrator.trials.result import TrialStatus
 
 ROLLOUT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
 

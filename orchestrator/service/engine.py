@@ -17,12 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.agents import Agent, parse_agent
-from orchestrator.callbacks import CallbackEvent, CallbackPayload, deliver
-from orchestrator.config import TrialConfig
-from orchestrator.images import ImageBuilder, default_builder
-from orchestrator.result import TrialError, TrialResult
-from orchestrator.rollouts import (
+from orchestrator.backends.docker.images import ImageBuilder, default_builder
+from orchestrator.service.callbacks import CallbackEvent, CallbackPayload, deliver
+from orchestrator.service.rollouts import (
     Disposition,
     DuplicateRollout,
     EngineClosed,
@@ -30,9 +27,12 @@ from orchestrator.rollouts import (
     RolloutRequest,
     RolloutStatus,
 )
-from orchestrator.task import Task, load_task, resolve_task_id
-from orchestrator.trial import Trial, check_id, new_id
-from orchestrator.ttl_cache import TtlCache
+from orchestrator.service.ttl_cache import TtlCache
+from orchestrator.tasks.task import Task, load_task, resolve_task_id
+from orchestrator.trials.agents import Agent, parse_agent
+from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.result import TrialError, TrialResult
+from orchestrator.trials.trial import Trial, check_id, new_id
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ import shlex
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from orchestrator.archive import tar_of_dir
-from orchestrator.docker_api import in_thread
-from orchestrator.dockerfile import RUNTIME_PYTHON
-from orchestrator.errors import AgentSpecError, TaskError
-from orchestrator.materialize import Materialized
-from orchestrator.sandbox import DockerSandbox
+from orchestrator.backends.docker.api import in_thread
+from orchestrator.backends.docker.dockerfile import RUNTIME_PYTHON
+from orchestrator.backends.docker.sandbox import DockerSandbox
+from orchestrator.common.archive import tar_of_dir
+from orchestrator.common.errors import AgentSpecError, TaskError
+from orchestrator.trials.materialize import Materialized
 
 WORKFLOW_DIR = "/opt/trialbox/agent"
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from orchestrator import docker_api
-from orchestrator.errors import SandboxNotFoundError
-from orchestrator.sandbox import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL
+from orchestrator.backends.docker import api as docker_api
+from orchestrator.backends.docker.sandbox import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL
+from orchestrator.common.errors import SandboxNotFoundError
 
 
 class Leftover(BaseModel):

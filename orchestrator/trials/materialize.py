@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from container_runtime.contract import ContainerInput
-from orchestrator.errors import TaskError
-from orchestrator.task import Task
-from orchestrator.tree import check_tree, checksum_tree
+from orchestrator.common.errors import TaskError
+from orchestrator.tasks.task import Task
+from orchestrator.tasks.tree import check_tree, checksum_tree
 
 LABEL_KEY = "label"
 

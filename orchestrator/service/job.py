@@ -12,14 +12,14 @@ from math import comb
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import Agent, parse_agent
-from orchestrator.config import TrialConfig
-from orchestrator.engine import TrialEngine
-from orchestrator.images import ImageBuilder
-from orchestrator.result import JobResult, TrialResult
-from orchestrator.rollouts import RolloutRequest
-from orchestrator.task import Task, load_task
-from orchestrator.trial import new_id
+from orchestrator.backends.docker.images import ImageBuilder
+from orchestrator.service.engine import TrialEngine
+from orchestrator.service.rollouts import RolloutRequest
+from orchestrator.tasks.task import Task, load_task
+from orchestrator.trials.agents import Agent, parse_agent
+from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.result import JobResult, TrialResult
+from orchestrator.trials.trial import new_id
 
 ProgressCallback = Callable[[TrialResult], None]
 

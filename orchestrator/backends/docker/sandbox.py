@@ -14,15 +14,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from orchestrator import docker_api
-from orchestrator.archive import DEFAULT_FILE_CAP, extract_stream, tar_of_files
-from orchestrator.errors import (
+from orchestrator.backends.docker import api as docker_api
+from orchestrator.common.archive import DEFAULT_FILE_CAP, extract_stream, tar_of_files
+from orchestrator.common.errors import (
     SandboxConflictError,
     SandboxError,
     SandboxNotFoundError,
     SandboxTimeoutError,
 )
-from orchestrator.shielding import ride_out_cancels
+from orchestrator.common.shielding import ride_out_cancels
 
 LABEL_TRIAL = "trialbox.trial"
 LABEL_JOB = "trialbox.job"

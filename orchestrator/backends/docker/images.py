@@ -21,13 +21,17 @@ from typing import Literal, TypeVar
 import docker.errors
 from pydantic import BaseModel, Field
 
-from orchestrator import docker_api
-from orchestrator.archive import tar_of_files
-from orchestrator.dockerfile import final_stage_image, map_base_images, patch_dockerfile
-from orchestrator.errors import ImageBuildError, SandboxNotFoundError, TaskError
-from orchestrator.task import Task
-from orchestrator.tree import read_tree
-from orchestrator.wheelhouse import ensure_wheelhouse, runtime_wheel
+from orchestrator.backends.docker import api as docker_api
+from orchestrator.backends.docker.dockerfile import (
+    final_stage_image,
+    map_base_images,
+    patch_dockerfile,
+)
+from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse, runtime_wheel
+from orchestrator.common.archive import tar_of_files
+from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, TaskError
+from orchestrator.tasks.task import Task
+from orchestrator.tasks.tree import read_tree
 
 TOOLS_REPO = "trialbox-tools"
 TASK_REPO = "trialbox-env"

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from orchestrator.errors import TaskError
+from orchestrator.common.errors import TaskError
 
 
 def check_tree(root: Path) -> list[Path]:

@@ -19,10 +19,10 @@ from fastapi import FastAPI, Header, HTTPException
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 
-from orchestrator.engine import TrialEngine
-from orchestrator.errors import TaskError, TrialboxError
-from orchestrator.prewarm import prewarm
-from orchestrator.rollouts import (
+from orchestrator.common.errors import TaskError, TrialboxError
+from orchestrator.service.engine import TrialEngine
+from orchestrator.service.prewarm import prewarm
+from orchestrator.service.rollouts import (
     ROLLOUT_ID_PATTERN,
     CancelRequest,
     DuplicateRollout,
@@ -31,7 +31,7 @@ from orchestrator.rollouts import (
     RolloutRequest,
     RolloutStatus,
 )
-from orchestrator.task import Task
+from orchestrator.tasks.task import Task
 
 log = logging.getLogger(__name__)
 

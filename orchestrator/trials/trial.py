@@ -19,11 +19,11 @@ from typing import Any
 
 from container_runtime import paths
 from container_runtime.contract import ContainerResult, read_model
-from orchestrator import docker_api
-from orchestrator.agents import Agent, WorkflowAgent, parse_agent
-from orchestrator.archive import tar_of_dir, tar_of_files
-from orchestrator.config import TrialConfig
-from orchestrator.errors import (
+from orchestrator.backends.docker import api as docker_api
+from orchestrator.backends.docker.images import ImageBuilder, default_builder
+from orchestrator.backends.docker.sandbox import DockerSandbox, SandboxSpec
+from orchestrator.common.archive import tar_of_dir, tar_of_files
+from orchestrator.common.errors import (
     AgentInfraError,
     RewardFileError,
     TrialboxError,
@@ -31,14 +31,14 @@ from orchestrator.errors import (
     VerifierTimeoutError,
     WorkflowError,
 )
-from orchestrator.images import ImageBuilder, default_builder
-from orchestrator.materialize import Materialized, materialize
-from orchestrator.result import AgentOutcome, Phase, TrialError, TrialResult
-from orchestrator.rewards import headline_reward, read_rewards
-from orchestrator.sandbox import DockerSandbox, SandboxSpec
-from orchestrator.scrub import Scrubber
-from orchestrator.shielding import ride_out_cancels
-from orchestrator.task import Task, load_task
+from orchestrator.common.scrub import Scrubber
+from orchestrator.common.shielding import ride_out_cancels
+from orchestrator.tasks.task import Task, load_task
+from orchestrator.trials.agents import Agent, WorkflowAgent, parse_agent
+from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.materialize import Materialized, materialize
+from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
+from orchestrator.trials.rewards import headline_reward, read_rewards
 from relay import Ending, Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"

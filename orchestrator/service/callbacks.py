@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from orchestrator import docker_api
+from orchestrator.backends.docker import api as docker_api
 
 log = logging.getLogger(__name__)
 

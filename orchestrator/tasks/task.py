@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from orchestrator.errors import TaskError
+from orchestrator.common.errors import TaskError
 
 DEFAULT_PIDS_LIMIT = 1024
 

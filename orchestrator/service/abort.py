@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 
-from orchestrator.engine import TrialEngine, engines
-from orchestrator.rollouts import Disposition
+from orchestrator.service.engine import TrialEngine, engines
+from orchestrator.service.rollouts import Disposition
 
 
 def _abort_in(engine: TrialEngine, scope: str) -> dict[str, Disposition]:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from orchestrator.errors import ErrorCategory
+from orchestrator.common.errors import ErrorCategory
 
 TrialStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
 Phase = Literal["materialize", "image", "start", "agent", "verify", "collect", "teardown"]
