@@ -33,6 +33,11 @@ class ContainerInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     trial_id: str = Field(description="Id of the trial this container belongs to.")
+    rollout_id: Optional[str] = Field(
+        default=None,
+        description="The caller's rollout id when the trial came through the engine, so an "
+        "agent can attribute its work (e.g. tag its model calls) to the rollout.",
+    )
     instruction: str = Field(description="The task's prompt, given to the agent as is.")
     metadata: Dict[str, Any] = Field(
         default_factory=dict,

@@ -26,6 +26,10 @@ REWARD_TXT = "/logs/verifier/reward.txt"
 TESTS_DIR = "/tests"
 LABEL = "/tests/label.json"
 
+# Where trialbox's own venv lives in a task image, and its interpreter.
+VENV_DIR = "/opt/trialbox/venv"
+RUNTIME_PYTHON = "/opt/trialbox/venv/bin/python"
+
 
 def logs_dir() -> Path:
     """The root of everything the container hands back (``/logs``)."""

@@ -34,6 +34,10 @@ class AgentContext:
         return self.input.trial_id
 
     @property
+    def rollout_id(self) -> Optional[str]:
+        return self.input.rollout_id
+
+    @property
     def instruction(self) -> str:
         return self.input.instruction
 

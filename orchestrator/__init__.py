@@ -1,7 +1,11 @@
-"""trialbox's host side: run agent trials in Docker sandboxes and score them.
+"""trialbox's host side: run agent trials in sandboxes and score them.
 
 result = await run_trial("examples/hello-oracle", "oracle")
 job = await run_job(["examples/hello-oracle"], "oracle", attempts=3)
+async with TrialEngine(n_concurrent=8) as engine: await engine.submit(RolloutRequest(...))
+
+Everything the README teaches is importable from here; the subpackages are the layout
+(`docs/architecture.md`), not the interface.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from orchestrator.backends import BackendConfig, DockerBackendConfig, FakeBackendConfig
 from orchestrator.common.errors import (
     ImageBuildError,
     RewardFileError,
@@ -16,10 +21,22 @@ from orchestrator.common.errors import (
     TaskError,
     TrialboxError,
 )
+from orchestrator.common.limits import Limits
+from orchestrator.sandbox import Backend, Capabilities, ExecResult, Sandbox, SandboxSpec
+from orchestrator.service.abort import abort
+from orchestrator.service.engine import TrialEngine
 from orchestrator.service.job import run_job
+from orchestrator.service.prewarm import PrewarmError, PrewarmRow, prewarm
+from orchestrator.service.rollouts import (
+    DuplicateRollout,
+    EngineClosed,
+    QueueFull,
+    RolloutRequest,
+    RolloutStatus,
+)
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.config import TrialConfig
-from orchestrator.trials.result import JobResult, TrialResult
+from orchestrator.trials.result import AgentOutcome, JobResult, Timings, TrialError, TrialResult
 from orchestrator.trials.trial import run_trial
 
 
@@ -34,16 +51,38 @@ def run_job_sync(*args: Any, **kwargs: Any) -> JobResult:
 
 
 __all__ = [
+    "AgentOutcome",
+    "Backend",
+    "BackendConfig",
+    "Capabilities",
+    "DockerBackendConfig",
+    "DuplicateRollout",
+    "EngineClosed",
+    "ExecResult",
+    "FakeBackendConfig",
     "ImageBuildError",
     "JobResult",
+    "Limits",
+    "PrewarmError",
+    "PrewarmRow",
+    "QueueFull",
     "RewardFileError",
+    "RolloutRequest",
+    "RolloutStatus",
+    "Sandbox",
     "SandboxError",
+    "SandboxSpec",
     "Task",
     "TaskError",
+    "Timings",
     "TrialConfig",
+    "TrialEngine",
+    "TrialError",
     "TrialResult",
     "TrialboxError",
+    "abort",
     "load_task",
+    "prewarm",
     "run_job",
     "run_job_sync",
     "run_trial",

@@ -8,8 +8,8 @@ import asyncio
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.backends.docker.leftovers import find_leftovers, reap
 from orchestrator.cli.common import print_error
+from orchestrator.trials.config import TrialConfig
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -27,7 +27,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 async def _reap(args: argparse.Namespace, console: Console) -> int:
-    leftovers = await find_leftovers(owner=args.owner, job=args.job)
+    config = TrialConfig()
+    backend = config.backend.build(config.limits)
+    leftovers = await backend.find_leftovers(owner=args.owner, job=args.job)
     table = Table(title=f"{len(leftovers)} trial container(s)")
     for column in ("name", "job", "owner", "state"):
         table.add_column(column)
@@ -36,7 +38,7 @@ async def _reap(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     if args.dry_run or not leftovers:
         return 0
-    removed = await reap(leftovers)
+    removed = await backend.remove_leftovers(leftovers)
     console.print(f"removed {removed} container(s)")
     return 0
 

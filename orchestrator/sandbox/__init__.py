@@ -1,1 +1,23 @@
-"""."""
+"""The seam between a trial and where it runs: what a sandbox and a backend must do.
+
+The trial, the agents, prewarm and reap talk only to these interfaces; each backend
+(`orchestrator.backends.docker`, `orchestrator.backends.fake`, …) implements them.
+"""
+
+from orchestrator.sandbox.backend import Backend, ImageOutcome, ImagePlan, Leftover
+from orchestrator.sandbox.protocol import Capabilities, ExecResult, Sandbox
+from orchestrator.sandbox.spec import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL, SandboxSpec
+
+__all__ = [
+    "LABEL_JOB",
+    "LABEL_OWNER",
+    "LABEL_TRIAL",
+    "Backend",
+    "Capabilities",
+    "ExecResult",
+    "ImageOutcome",
+    "ImagePlan",
+    "Leftover",
+    "Sandbox",
+    "SandboxSpec",
+]

@@ -7,16 +7,21 @@ the same `delivery_id`), and a receiver can drop duplicates.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import urllib.error
-import urllib.request
 import uuid
+from collections.abc import Callable
 from typing import Literal
 
+import httpx
 from pydantic import BaseModel, Field
-
-from orchestrator.backends.docker import api as docker_api
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    RetryError,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +40,21 @@ class CallbackPayload(BaseModel):
     error: str | None = None
 
 
-def _post(url: str, body: bytes, timeout: float) -> int:
-    request = urllib.request.Request(
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.status
+class _NotDelivered(Exception):
+    """The endpoint answered, but not with a 2xx."""
+
+
+def _log_failure(
+    payload: CallbackPayload, url: str, attempts: int
+) -> Callable[[RetryCallState], None]:
+    def log_it(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "callback %s for %s to %s failed (attempt %d of %d): %s",
+            payload.event, payload.rollout_id, url, state.attempt_number, attempts, exc,
+        )  # fmt: skip
+
+    return log_it
 
 
 async def deliver(
@@ -53,18 +67,20 @@ async def deliver(
 ) -> bool:
     """POST the payload, retrying a bounded number of times; True once a 2xx answer came."""
     body = payload.model_dump_json().encode()
-    for attempt in range(1, attempts + 1):
+    headers = {"Content-Type": "application/json"}
+    retrying = AsyncRetrying(
+        retry=retry_if_exception_type((httpx.HTTPError, _NotDelivered)),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=backoff_sec),
+        after=_log_failure(payload, url, attempts),
+    )
+    async with httpx.AsyncClient(timeout=timeout_sec) as client:
         try:
-            status = await docker_api.in_thread(_post, url, body, timeout_sec)
-            if 200 <= status < 300:
-                return True
-            problem = f"HTTP {status}"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            problem = repr(exc)
-        log.warning(
-            "callback %s for %s to %s failed (attempt %d of %d): %s",
-            payload.event, payload.rollout_id, url, attempt, attempts, problem,
-        )  # fmt: skip
-        if attempt < attempts:
-            await asyncio.sleep(backoff_sec * 2 ** (attempt - 1))
-    return False
+            async for attempt in retrying:
+                with attempt:
+                    response = await client.post(url, content=body, headers=headers)
+                    if not response.is_success:
+                        raise _NotDelivered(f"HTTP {response.status_code}")
+        except RetryError:
+            return False
+    return True

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.backends.docker.images import ImageBuilder, default_builder
+from orchestrator.common.ids import check_id, new_id, trial_id_for
+from orchestrator.common.offload import run_blocking
+from orchestrator.sandbox import Backend
 from orchestrator.service.callbacks import CallbackEvent, CallbackPayload, deliver
 from orchestrator.service.rollouts import (
     Disposition,
@@ -32,7 +34,7 @@ from orchestrator.tasks.task import Task, load_task, resolve_task_id
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialError, TrialResult
-from orchestrator.trials.trial import Trial, check_id, new_id
+from orchestrator.trials.trial import Trial
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,7 @@ class TrialEngine:
         task: str | Path | None = None,
         tasks_dir: str | Path | None = None,
         retention_sec: float = DEFAULT_RETENTION_SEC,
-        builder: ImageBuilder | None = None,
+        backend: Backend | None = None,
         job_id: str | None = None,
     ) -> None:
         if n_concurrent < 1:
@@ -83,7 +85,7 @@ class TrialEngine:
         self.default_agent = agent
         self.default_task = None if task is None else Path(task)
         self.tasks_dir = None if tasks_dir is None else Path(tasks_dir)
-        self.builder = builder or default_builder()
+        self.backend = backend or self.config.backend.build(self.config.limits)
         self.job_id = check_id(job_id or new_id("serve"), "job id")
         self._slots = asyncio.Semaphore(n_concurrent)
         self._live: dict[str, _Rollout] = {}
@@ -134,7 +136,7 @@ class TrialEngine:
         path = self._task_path(request)
         task = self._tasks.get(path)
         if task is None:
-            task = await asyncio.to_thread(load_task, path)
+            task = await run_blocking(load_task, path)
             self._tasks[path] = task
         spec = request.agent or self.default_agent
         agent = self._agents.get(spec)
@@ -149,11 +151,11 @@ class TrialEngine:
         attempt: int = 1,
         task: Task | None = None,
         agent: Agent | None = None,
-        trial_id: str | None = None,
     ) -> str:
         """Accept a rollout (it runs when a slot frees) or raise QueueFull / EngineClosed.
 
-        `task` and `agent` skip loading when the caller has them already (run_job does).
+        `task` and `agent` skip loading when the caller has them already (run_job does). The
+        rollout's trial id is derived from its rollout id (`ids.trial_id_for`).
         """
         self._admit(request)
         if task is None or agent is None:
@@ -164,7 +166,7 @@ class TrialEngine:
         loop = self.loop = asyncio.get_running_loop()
         rollout = _Rollout(
             request, task, agent, attempt, loop.create_future(),
-            trial_id=check_id(trial_id, "trial id") if trial_id else new_id(request.rollout_id),
+            trial_id=trial_id_for(request.rollout_id),
         )  # fmt: skip
         self._live[request.rollout_id] = rollout
         rollout.runner = asyncio.create_task(self._drive(rollout), name=request.rollout_id)
@@ -211,9 +213,10 @@ class TrialEngine:
         try:
             async with self._slots:
                 rollout.trial = Trial(
-                    rollout.task, rollout.agent, config=self.config,
+                    rollout.task, rollout.agent, config=self.config, backend=self.backend,
                     trial_id=rollout.trial_id, job_id=self.job_id,
-                    metadata=request.metadata, attempt=rollout.attempt, builder=self.builder,
+                    rollout_id=request.rollout_id, session_id=request.session_id,
+                    metadata=request.metadata, attempt=rollout.attempt,
                     on_grading=lambda _trial: self._grading(rollout),
                 )  # fmt: skip
                 result = await rollout.trial.run()
@@ -241,7 +244,8 @@ class TrialEngine:
                 discardable=True,
             )  # fmt: skip
         return TrialResult(
-            trial_id=rollout.request.rollout_id, job_id=self.job_id, task_name=rollout.task.name,
+            trial_id=rollout.trial_id, job_id=self.job_id, rollout_id=rollout.request.rollout_id,
+            session_id=rollout.request.session_id, task_name=rollout.task.name,
             agent_spec=rollout.agent.spec, attempt=rollout.attempt, status=status,  # type: ignore[arg-type]
             error=error, started_at=now, finished_at=now, trial_dir="",
         )  # fmt: skip

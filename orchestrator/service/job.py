@@ -12,14 +12,17 @@ from math import comb
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.docker.images import ImageBuilder
+import aiofiles
+
+from orchestrator.common.ids import new_id
+from orchestrator.common.offload import run_blocking
+from orchestrator.sandbox import Backend
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.rollouts import RolloutRequest
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import JobResult, TrialResult
-from orchestrator.trials.trial import new_id
 
 ProgressCallback = Callable[[TrialResult], None]
 
@@ -75,7 +78,7 @@ async def run_job(
     config: TrialConfig | None = None,
     job_id: str | None = None,
     metadata: Mapping[str, Any] | None = None,
-    builder: ImageBuilder | None = None,
+    backend: Backend | None = None,
     on_trial_done: ProgressCallback | None = None,
 ) -> JobResult:
     """Run every task `attempts` times and aggregate; writes `<jobs_dir>/<job>/job.json`.
@@ -86,21 +89,21 @@ async def run_job(
     if n_concurrent < 1 or attempts < 1:
         raise ValueError("n_concurrent and attempts must be at least 1")
     config = config or TrialConfig()
-    loaded = [t if isinstance(t, Task) else load_task(t) for t in tasks]
+    loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
     the_agent = agent if isinstance(agent, Agent) else parse_agent(agent)
     engine = TrialEngine(
-        n_concurrent=n_concurrent, config=config, builder=builder, job_id=job_id or new_id("job"),
+        n_concurrent=n_concurrent, config=config, backend=backend, job_id=job_id or new_id("job"),
         agent=the_agent.spec,
     )  # fmt: skip
 
     async def one(task: Task, attempt: int) -> TrialResult:
-        trial_id = new_id(task.name)
+        rollout_id = new_id(task.name)
         request = RolloutRequest(
-            rollout_id=trial_id, task=str(task.path), agent=the_agent.spec,
+            rollout_id=rollout_id, task=str(task.path), agent=the_agent.spec,
             metadata=dict(metadata or {}),
         )  # fmt: skip
-        await engine.submit(request, attempt=attempt, task=task, agent=the_agent, trial_id=trial_id)
-        result = await engine.wait(trial_id)
+        await engine.submit(request, attempt=attempt, task=task, agent=the_agent)
+        result = await engine.wait(rollout_id)
         if on_trial_done is not None:
             on_trial_done(result)
         return result
@@ -111,6 +114,7 @@ async def run_job(
         )
     job_dir = config.jobs_dir.resolve() / engine.job_id
     job = summarize(engine.job_id, job_dir, list(results))
-    job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "job.json").write_text(job.model_dump_json(indent=2), encoding="utf-8")
+    await run_blocking(job_dir.mkdir, parents=True, exist_ok=True)
+    async with aiofiles.open(job_dir / "job.json", "w", encoding="utf-8") as out:
+        await out.write(job.model_dump_json(indent=2))
     return job

@@ -11,8 +11,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from orchestrator.backends.docker.images import BuildPlan, ImageBuilder, default_builder
+from orchestrator.backends.docker.config import DockerBackendConfig
 from orchestrator.common.errors import TrialboxError
+from orchestrator.common.limits import Limits
+from orchestrator.common.offload import run_blocking
+from orchestrator.sandbox import Backend, ImagePlan
 from orchestrator.tasks.task import Task, load_task
 
 DEFAULT_PARALLEL_BUILDS = 2
@@ -47,7 +50,7 @@ async def prewarm(
     tasks: Sequence[Task | str | Path],
     *,
     base_image_map: Mapping[str, str] | None = None,
-    builder: ImageBuilder | None = None,
+    backend: Backend | None = None,
     max_parallel: int = DEFAULT_PARALLEL_BUILDS,
     on_done: Callable[[PrewarmRow], None] | None = None,
 ) -> list[PrewarmRow]:
@@ -55,15 +58,15 @@ async def prewarm(
 
     Raises PrewarmError, carrying every row, when any build failed.
     """
-    builder = builder or default_builder()
+    backend = backend or DockerBackendConfig().build(Limits())
     mapping = dict(base_image_map or {})
-    loaded = [t if isinstance(t, Task) else await asyncio.to_thread(load_task, t) for t in tasks]
+    loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
     by_tag: dict[str, list[Task]] = {}
-    plans: dict[str, BuildPlan] = {}
+    plans: dict[str, ImagePlan] = {}
     failed_plans: list[PrewarmRow] = []
     for task in loaded:
         try:
-            plan = await builder.plan(task, mapping)
+            plan = await backend.plan_image(task, mapping)
         except Exception as exc:  # every failure becomes a row; the others still build
             failed_plans.append(
                 PrewarmRow(tag=None, tasks=[task.name], status="failed", seconds=0, error=str(exc))
@@ -78,7 +81,7 @@ async def prewarm(
         names = [t.name for t in group]
         async with slots:
             try:
-                outcome = await builder.ensure_image(group[0], mapping, plan=plans[tag])
+                outcome = await backend.ensure_image(group[0], mapping, plan=plans[tag])
                 row = PrewarmRow(
                     tag=outcome.tag, tasks=names, status=outcome.status,
                     seconds=time.monotonic() - started,

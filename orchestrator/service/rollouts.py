@@ -8,9 +8,8 @@ from typing import Any, Literal
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.common.errors import TrialboxError
+from orchestrator.common.ids import ROLLOUT_ID_PATTERN
 from orchestrator.trials.result import TrialStatus
-
-ROLLOUT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
 
 Disposition = Literal["cancelled_queued", "cancelled_running", "not_found"]
 

@@ -20,10 +20,10 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 
 from orchestrator.common.errors import TaskError, TrialboxError
+from orchestrator.common.ids import ROLLOUT_ID_PATTERN
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.prewarm import prewarm
 from orchestrator.service.rollouts import (
-    ROLLOUT_ID_PATTERN,
     CancelRequest,
     DuplicateRollout,
     EngineClosed,
@@ -77,7 +77,7 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if prewarm_tasks:
             rows = await prewarm(
-                prewarm_tasks, base_image_map=engine.config.base_image_map, builder=engine.builder
+                prewarm_tasks, base_image_map=engine.config.base_image_map, backend=engine.backend
             )
             log.info("prewarmed %d image(s)", len(rows))
         yield

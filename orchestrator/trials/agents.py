@@ -1,8 +1,9 @@
 """The agents a trial can run: `oracle`, `nop`, `command:<shell>`, `workflow:<module:Class>`.
 
-An agent is two things: what to put into the sandbox before it starts (`prepare`) and the
-shell command that is its process (`command`). How that process is supervised and bounded
-is the trial's business, not the agent's.
+An agent is what to put into the sandbox before it starts (`prepare`), the shell command
+that is its process (`command`), and, for agents that report on their own work, what went
+wrong as read from the logs collected afterwards (`problem`). How the process is supervised
+and bounded, and what a problem means for the trial's outcome, is the trial's business.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import shlex
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from orchestrator.backends.docker.api import in_thread
-from orchestrator.backends.docker.dockerfile import RUNTIME_PYTHON
-from orchestrator.backends.docker.sandbox import DockerSandbox
+from container_runtime import paths
+from container_runtime.contract import ContainerResult, read_model
+from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.common.archive import tar_of_dir
 from orchestrator.common.errors import AgentSpecError, TaskError
+from orchestrator.common.offload import run_blocking
+from orchestrator.sandbox import Sandbox
 from orchestrator.trials.materialize import Materialized
 
 WORKFLOW_DIR = "/opt/trialbox/agent"
@@ -28,12 +31,17 @@ class Agent(ABC):
     def __init__(self, spec: str) -> None:
         self.spec = spec
 
-    async def prepare(self, sandbox: DockerSandbox, trial: Materialized) -> None:  # noqa: B027
+    async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:  # noqa: B027
         """Upload what the agent needs; most agents need nothing."""
 
     @abstractmethod
     def command(self) -> str:
         """The shell command that is the agent's process."""
+
+    async def problem(self, logs_dir: Path) -> str | None:
+        """What went wrong with the agent's own work, read from the collected `/logs`; None
+        when nothing did. Most agents say nothing beyond their exit code."""
+        return None
 
 
 class NopAgent(Agent):
@@ -59,11 +67,11 @@ class CommandAgent(Agent):
 class OracleAgent(Agent):
     """Uploads the task's solution/ and runs solution/solve.sh: proves the task solvable."""
 
-    async def prepare(self, sandbox: DockerSandbox, trial: Materialized) -> None:
+    async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:
         solve = trial.solution_dir / "solve.sh"
         if not solve.is_file():
             raise TaskError(f"{solve}: missing; the oracle agent needs the task's solution")
-        await sandbox.upload(await in_thread(tar_of_dir, trial.solution_dir, "solution"), "/")
+        await sandbox.upload(await run_blocking(tar_of_dir, trial.solution_dir, "solution"), "/")
 
     def command(self) -> str:
         shell = "$(command -v bash || echo sh)"
@@ -99,9 +107,9 @@ class WorkflowAgent(Agent):
             return Path(next(iter(found.submodule_search_locations))), module
         return Path(found.origin), module
 
-    async def prepare(self, sandbox: DockerSandbox, trial: Materialized) -> None:
+    async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:
         arcname = f"{WORKFLOW_DIR.lstrip('/')}/{self.source.name}"
-        await sandbox.upload(await in_thread(tar_of_dir, self.source, arcname), "/")
+        await sandbox.upload(await run_blocking(tar_of_dir, self.source, arcname), "/")
 
     def command(self) -> str:
         target = shlex.quote(f"{self.module}:{self.class_name}")
@@ -109,6 +117,17 @@ class WorkflowAgent(Agent):
             f"PYTHONPATH={WORKFLOW_DIR} exec {RUNTIME_PYTHON} -m container_runtime agent "
             f"--workflow {target}"
         )
+
+    async def problem(self, logs_dir: Path) -> str | None:
+        """The runner always writes container_result.json; a failure or no file is a problem."""
+        where = logs_dir / "agent" / "container_result.json"
+        try:
+            outcome = await run_blocking(read_model, where, ContainerResult)
+        except (OSError, ValueError) as exc:
+            return f"{paths.CONTAINER_RESULT}: unreadable or missing ({type(exc).__name__})"
+        if outcome.status == "success":
+            return None
+        return f"the workflow failed: {outcome.error_type}: {outcome.error}"
 
 
 def parse_agent(spec: str) -> Agent:

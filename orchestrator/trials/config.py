@@ -1,4 +1,4 @@
-"""How trials are run, as opposed to what they run: paths, identity, mappings, caps."""
+"""How trials are run, as opposed to what they run: where, paths, identity, mappings, limits."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import socket
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.backends import BackendConfig, DockerBackendConfig
+from orchestrator.common.limits import Limits
 
 BASE_IMAGE_MAP_ENV = "TRIALBOX_BASE_IMAGE_MAP"
 
@@ -48,9 +51,6 @@ class TrialConfig(BaseModel):
         ),
     )
     owner: str = Field(default_factory=_default_owner, description="trialbox.owner label.")
-    log_file_cap_bytes: int = Field(
-        32 * 1024 * 1024, gt=0, description="Each file copied back from /logs is cut here."
-    )
     chat_completions_url: str | None = Field(
         None, description="Passed to the agent in container_input.json."
     )
@@ -62,12 +62,12 @@ class TrialConfig(BaseModel):
         ),
         repr=False,
     )
-
-    stop_term_grace_sec: float = Field(
-        20.0, gt=0, description="After the agent timeout: seconds the leader gets after TERM."
+    backend: BackendConfig = Field(
+        default_factory=DockerBackendConfig,
+        description="Where sandboxes run: {'type': 'docker'} (the default) or {'type': 'fake'}.",
     )
-    stop_kill_grace_sec: float = Field(
-        10.0, gt=0, description="Then: seconds to confirm the leader's end after KILL."
+    limits: Limits = Field(
+        default_factory=Limits, description="The framework's own timeouts and caps."
     )
 
     @field_validator("base_image_map", mode="before")

@@ -56,6 +56,7 @@ def materialize(
     *,
     trial_id: str,
     metadata: dict[str, Any],
+    rollout_id: str | None = None,
     chat_completions_url: str | None = None,
     credentials_ref: str | None = None,
 ) -> Materialized:
@@ -73,6 +74,7 @@ def materialize(
         (task_dir / "tests" / "label.json").write_text(json.dumps(label), encoding="utf-8")
     container_input = ContainerInput(
         trial_id=trial_id,
+        rollout_id=rollout_id,
         instruction=task.instruction,
         metadata=visible,
         chat_completions_url=chat_completions_url,

@@ -56,8 +56,10 @@ class Timings(BaseModel):
 class TrialResult(BaseModel):
     """The outcome of one trial (written to `<trial_dir>/result.json`)."""
 
-    trial_id: str
+    trial_id: str = Field(description="Names the trial's folder and sandbox (see ids.py).")
     job_id: str
+    rollout_id: str | None = Field(None, description="The rollout's id, when run by the engine.")
+    session_id: str | None = Field(None, description="The rollout's session, when it had one.")
     task_name: str
     task_checksum: str | None = None
     agent_spec: str = Field(description="The --agent value the trial ran with.")

@@ -10,6 +10,9 @@ import json
 import math
 from pathlib import Path
 
+import aiofiles
+import aiofiles.os
+
 from container_runtime import paths
 from container_runtime.contract import InvalidRewardError, check_reward
 from orchestrator.common.errors import RewardFileError
@@ -44,21 +47,22 @@ def _parse_txt(text: str) -> dict[str, float]:
     return {"reward": value}
 
 
-def _text(file: Path, where: str) -> str:
+async def _text(file: Path, where: str) -> str:
     try:
-        return file.read_text(encoding="utf-8")
+        async with aiofiles.open(file, encoding="utf-8") as handle:
+            return await handle.read()
     except UnicodeDecodeError as exc:
         raise RewardFileError(where, "not UTF-8 text") from exc
 
 
-def read_rewards(verifier_dir: Path) -> dict[str, float]:
+async def read_rewards(verifier_dir: Path) -> dict[str, float]:
     """The rewards in a collected copy of /logs/verifier; raises RewardFileError."""
     json_file = verifier_dir / "reward.json"
-    if json_file.is_file():
-        return _parse_json(_text(json_file, paths.REWARD_JSON))
+    if await aiofiles.os.path.isfile(json_file):
+        return _parse_json(await _text(json_file, paths.REWARD_JSON))
     txt_file = verifier_dir / "reward.txt"
-    if txt_file.is_file():
-        return _parse_txt(_text(txt_file, paths.REWARD_TXT))
+    if await aiofiles.os.path.isfile(txt_file):
+        return _parse_txt(await _text(txt_file, paths.REWARD_TXT))
     raise RewardFileError(
         paths.VERIFIER_DIR, "the verifier wrote neither reward.json nor reward.txt"
     )

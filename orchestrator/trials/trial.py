@@ -2,63 +2,47 @@
 
 Every phase is timed; the first error is recorded with its phase and category and the trial
 still collects what it can and tears down. Teardown is shielded: it runs once, whatever
-cancelled what, and a cancelled trial still leaves a `result.json` saying so.
+cancelled what, and a cancelled trial still leaves a `result.json` saying so. The trial
+talks to its sandbox only through the `Sandbox` protocol and to where it runs only through
+a `Backend`, so the same phases run on Docker, on the fake backend, or anywhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiofiles
+
 from container_runtime import paths
-from container_runtime.contract import ContainerResult, read_model
-from orchestrator.backends.docker import api as docker_api
-from orchestrator.backends.docker.images import ImageBuilder, default_builder
-from orchestrator.backends.docker.sandbox import DockerSandbox, SandboxSpec
-from orchestrator.common.archive import tar_of_dir, tar_of_files
+from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import (
     AgentInfraError,
     RewardFileError,
     TrialboxError,
-    VerifierSetupError,
-    VerifierTimeoutError,
     WorkflowError,
 )
+from orchestrator.common.ids import check_id, new_id
+from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import ride_out_cancels
+from orchestrator.sandbox import Backend, Sandbox, SandboxSpec
 from orchestrator.tasks.task import Task, load_task
-from orchestrator.trials.agents import Agent, WorkflowAgent, parse_agent
+from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.materialize import Materialized, materialize
 from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
-from orchestrator.trials.rewards import headline_reward, read_rewards
-from relay import Ending, Relay, RelayOutcome, RelayPolicy
+from orchestrator.trials.rewards import headline_reward
+from orchestrator.trials.verifier import run_verifier, score
+from relay import Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
 AGENT_STDERR = f"{paths.AGENT_DIR}/stderr.txt"
-VERIFIER_STDOUT = f"{paths.VERIFIER_DIR}/test-stdout.txt"
-COLLECT_LIMIT_SEC = 300.0
-TEARDOWN_LIMIT_SEC = 60.0
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-
-
-def new_id(prefix: str) -> str:
-    """A fresh id that is also a valid container name."""
-    clean = re.sub(r"[^A-Za-z0-9_.-]+", "-", prefix).strip("-.") or "trial"
-    return f"{clean[:60]}__{uuid.uuid4().hex[:8]}"
-
-
-def check_id(value: str, what: str) -> str:
-    if not _ID.fullmatch(value):
-        raise ValueError(f"{what} {value!r}: use 1-128 letters, digits, '_', '.', '-'")
-    return value
 
 
 def _now() -> datetime:
@@ -74,25 +58,31 @@ class Trial:
         agent: Agent,
         *,
         config: TrialConfig,
+        backend: Backend,
         trial_id: str,
         job_id: str,
         metadata: Mapping[str, Any],
         attempt: int,
-        builder: ImageBuilder,
+        rollout_id: str | None = None,
+        session_id: str | None = None,
         on_grading: Callable[[Trial], None] | None = None,
     ) -> None:
-        self.task, self.agent, self.config, self.builder = task, agent, config, builder
+        self.task, self.agent, self.config, self.backend = task, agent, config, backend
+        self.limits = config.limits
         self._on_grading = on_grading
         self.trial_id = check_id(trial_id, "trial id")
         self.job_id = check_id(job_id, "job id")
+        self.rollout_id = rollout_id
         self.metadata = dict(metadata)
         self.trial_dir = config.jobs_dir.resolve() / job_id / trial_id
         self.scrubber = Scrubber(config.credentials.values())
         self.result = TrialResult(
-            trial_id=trial_id, job_id=job_id, task_name=task.name, agent_spec=agent.spec,
-            attempt=attempt, status="running", started_at=_now(), trial_dir=str(self.trial_dir),
+            trial_id=trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
+            task_name=task.name, agent_spec=agent.spec, attempt=attempt, status="running",
+            started_at=_now(), trial_dir=str(self.trial_dir),
         )  # fmt: skip
-        self.sandbox: DockerSandbox | None = None
+        self.sandbox: Sandbox | None = None
+        self.relay_outcome: RelayOutcome | None = None
         self._phase: Phase = "materialize"
         self._ran = False
 
@@ -122,15 +112,22 @@ class Trial:
 
     # -- phases -------------------------------------------------------------------------------
 
-    async def _start(self, staged: Materialized, image: str) -> DockerSandbox:
+    async def _materialize(self) -> Materialized:
+        return await run_blocking(
+            materialize, self.task, self.trial_dir, trial_id=self.trial_id,
+            rollout_id=self.rollout_id, metadata=self.metadata,
+            chat_completions_url=self.config.chat_completions_url,
+            credentials_ref=next(iter(self.config.credentials), None),
+        )  # fmt: skip
+
+    async def _start(self, staged: Materialized, image: str) -> Sandbox:
         env = self.task.config.environment
         spec = SandboxSpec(
             image=image, trial_id=self.trial_id, job_id=self.job_id, owner=self.config.owner,
             cpus=env.cpus, memory_mb=env.memory_mb, pids_limit=env.pids_limit,
             network_mode=env.effective_network_mode,
         )  # fmt: skip
-        sandbox = await DockerSandbox.create(spec)
-        self.sandbox = sandbox
+        self.sandbox = sandbox = await self.backend.create_sandbox(spec)
         # /logs and /logs/verifier are root's: an agent running as another user can write
         # only its own folders, and cannot swap the verifier's folder for one of its own.
         skeleton = tar_of_files(
@@ -145,70 +142,42 @@ class Trial:
         await sandbox.upload(skeleton, "/")
         return sandbox
 
-    async def _run_agent(self, sandbox: DockerSandbox, staged: Materialized) -> None:
-        """Run the agent under the relay, which decides once how it ended."""
+    async def _run_agent(self, sandbox: Sandbox, staged: Materialized) -> None:
+        """Run the agent under the relay, which decides once how it ended; the trial only
+        reads that decision."""
         await self.agent.prepare(sandbox, staged)
         policy = RelayPolicy(
-            term_grace=self.config.stop_term_grace_sec, kill_grace=self.config.stop_kill_grace_sec
+            term_grace=self.limits.stop_term_grace_sec, kill_grace=self.limits.stop_kill_grace_sec
         )
         relay = Relay(sandbox, policy=policy, stdout=AGENT_STDOUT, stderr=AGENT_STDERR)
         started = time.monotonic()
         try:
-            outcome = await relay.run(
+            await relay.run(
                 self.agent.command(),
                 timeout_sec=self.task.config.agent.timeout_sec,
                 env=self.config.credentials,
             )
         finally:
             if relay.outcome is not None:
+                self.relay_outcome = relay.outcome
                 self.result.agent = _agent_outcome(relay.outcome, time.monotonic() - started)
-        if outcome.ending is Ending.INFRA_FAILURE:
-            raise AgentInfraError(f"the agent's sandbox was lost: {outcome.detail}")
+        assert self.relay_outcome is not None  # run() returned, so the relay decided
+        if not self.relay_outcome.scoreable:
+            raise AgentInfraError(f"the agent's sandbox was lost: {self.relay_outcome.detail}")
 
-    async def _verify(self, sandbox: DockerSandbox, staged: Materialized) -> bool:
-        """Run tests/test.sh in the same sandbox; False when it could not finish."""
+    async def _verify(self, sandbox: Sandbox, staged: Materialized) -> None:
         self.result.status = "grading"
         if self._on_grading is not None:
             self._on_grading(self)
-        # Whatever the agent wrote into /logs/verifier (a pre-written reward) goes first; the
-        # new folder is root's, so processes an agent left running as another user cannot
-        # write a reward into it while the verifier runs.
-        reset = (
-            f"rm -rf {paths.VERIFIER_DIR} {paths.TESTS_DIR} && mkdir -p {paths.VERIFIER_DIR}"
-            f" && chmod 0755 {paths.VERIFIER_DIR}"
-        )
-        cleared = await sandbox.exec(reset, timeout_sec=30, user="root")
-        if cleared.exit_code != 0:
-            raise VerifierSetupError(f"could not empty {paths.VERIFIER_DIR}: {cleared.output}")
-        # /tests may hold the label: root-only, and the verifier runs as root, so an agent's
-        # leftover processes running as another user cannot read it during verification.
-        tests = await docker_api.in_thread(tar_of_dir, staged.tests_dir, "tests", top_mode=0o700)
-        await sandbox.upload(tests, "/")
-        verifier = self.task.config.verifier
-        outcome = await sandbox.exec(
-            f"exec >{VERIFIER_STDOUT} 2>&1 </dev/null; "
-            f"$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh",
-            timeout_sec=verifier.timeout_sec,
-            env=verifier.env,
-            user="root",
-            workdir=paths.TESTS_DIR,
-        )
-        if outcome.timed_out:
-            self._fail(
-                VerifierTimeoutError(
-                    f"tests/test.sh ran past its verifier timeout ({verifier.timeout_sec:g} s)"
-                )
-            )
-            return False
-        return True
+        await run_verifier(sandbox, staged.tests_dir, self.task.config.verifier, self.limits)
 
-    async def _collect(self, sandbox: DockerSandbox) -> None:
+    async def _collect(self, sandbox: Sandbox) -> None:
         with self._timed("collect"):
             await sandbox.download(
-                paths.LOGS_DIR, self.trial_dir, file_cap=self.config.log_file_cap_bytes
+                paths.LOGS_DIR, self.trial_dir, file_cap=self.limits.log_file_cap_bytes
             )
             if self.scrubber:
-                await docker_api.in_thread(self.scrubber.tree, self.trial_dir / "logs")
+                await run_blocking(self.scrubber.tree, self.trial_dir / "logs")
 
     async def _teardown(self) -> None:
         if self.sandbox is None or self.config.keep_containers:
@@ -218,7 +187,7 @@ class Trial:
 
     async def _score(self, staged: Materialized) -> None:
         try:
-            rewards = await docker_api.in_thread(read_rewards, staged.logs_dir / "verifier")
+            rewards = await score(staged.logs_dir)
         except RewardFileError as exc:
             self._fail(exc, "verify")
             return
@@ -238,23 +207,20 @@ class Trial:
         staged: Materialized | None = None
         try:
             with self._timed("materialize"):
-                staged = await docker_api.in_thread(
-                    materialize, self.task, self.trial_dir, trial_id=self.trial_id,
-                    metadata=self.metadata, chat_completions_url=self.config.chat_completions_url,
-                    credentials_ref=next(iter(self.config.credentials), None),
-                )  # fmt: skip
+                staged = await self._materialize()
                 self.result.task_checksum = staged.checksum
             with self._timed("image"):
                 # Built from the trial's checked copy, never from a source that may change.
                 copy = self.task.model_copy(update={"path": staged.task_dir})
-                built = await self.builder.ensure_image(copy, self.config.base_image_map)
+                built = await self.backend.ensure_image(copy, self.config.base_image_map)
                 self.result.image_tag = built.tag
             with self._timed("start"):
                 sandbox = await self._start(staged, built.tag)
             with self._timed("agent"):
                 await self._run_agent(sandbox, staged)
             with self._timed("verify"):
-                verified = await self._verify(sandbox, staged)
+                await self._verify(sandbox, staged)
+                verified = True
         except asyncio.CancelledError:
             cancelled = True
         except Exception as exc:  # recorded with its phase; the trial still cleans up
@@ -273,18 +239,18 @@ class Trial:
     ) -> None:
         """Collect, score, tear down, write the result: each step bounded, none skipped
         because an earlier one failed. A host abort skips collecting: the sandbox goes now."""
-        alive = self.sandbox is not None and not self.sandbox.destroyed
-        if alive and staged is not None and not cancelled:
+        sandbox = self.sandbox
+        if sandbox is not None and not sandbox.destroyed and staged is not None and not cancelled:
             try:
-                await asyncio.wait_for(self._collect(self.sandbox), COLLECT_LIMIT_SEC)
+                await asyncio.wait_for(self._collect(sandbox), self.limits.collect_sec)
             except Exception as exc:
                 self._fail(exc, "collect")
         if not cancelled and staged is not None:
             if verified and self.result.error is None:
                 await self._score(staged)
-            await self._read_workflow_result(staged)
+            await self._judge_agent_report(staged)
         try:
-            await asyncio.wait_for(self._teardown(), TEARDOWN_LIMIT_SEC)
+            await asyncio.wait_for(self._teardown(), self.limits.teardown_sec)
         except Exception as exc:
             if self.result.rewards:  # a scored trial stays scored; the leak is reported
                 self.result.warnings.append(f"teardown failed: {type(exc).__name__}: {exc}")
@@ -297,44 +263,31 @@ class Trial:
             self.result.status = "success" if self.result.rewards else "failure"
         self.result.timings.total = time.monotonic() - started
         self.result.finished_at = _now()
-        await docker_api.in_thread(self._write_result)
+        await self._write_result()
 
-    async def _read_workflow_result(self, staged: Materialized) -> None:
-        """A workflow that failed is an `agent` error when nothing was scored, else a warning."""
-        if not isinstance(self.agent, WorkflowAgent):
+    async def _judge_agent_report(self, staged: Materialized) -> None:
+        """A problem the agent reports is an `agent` error when nothing was scored (the
+        missing reward is its consequence), else a warning."""
+        problem = await self.agent.problem(staged.logs_dir)
+        if problem is None:
             return
-        where = staged.logs_dir / "agent" / "container_result.json"
-        try:
-            outcome = await docker_api.in_thread(read_model, where, ContainerResult)
-        except (OSError, ValueError) as exc:
-            problem = f"{paths.CONTAINER_RESULT}: unreadable or missing ({type(exc).__name__})"
-        else:
-            if outcome.status == "success":
-                return
-            problem = f"the workflow failed: {outcome.error_type}: {outcome.error}"
         error = self.result.error
         if self.result.rewards or (error is not None and error.type != RewardFileError.__name__):
             self.result.warnings.append(problem)  # scored, or failed for a reason of its own
             return
-        self.result.error = None  # the missing reward is a consequence; the workflow is the cause
+        self.result.error = None
         self._fail(WorkflowError(problem), "agent")
 
-    def _write_result(self) -> None:
-        self.trial_dir.mkdir(parents=True, exist_ok=True)
-        (self.trial_dir / "result.json").write_text(
-            self.scrubber.text(self.result.model_dump_json(indent=2)), encoding="utf-8"
-        )
+    async def _write_result(self) -> None:
+        await run_blocking(self.trial_dir.mkdir, parents=True, exist_ok=True)
+        text = self.scrubber.text(self.result.model_dump_json(indent=2))
+        async with aiofiles.open(self.trial_dir / "result.json", "w", encoding="utf-8") as out:
+            await out.write(text)
 
 
 def _agent_outcome(outcome: RelayOutcome, duration: float) -> AgentOutcome:
-    termination = {
-        Ending.EXITED: "exited",
-        Ending.TIMEOUT: "timeout",
-        Ending.ABORTED: "aborted",
-        Ending.INFRA_FAILURE: "infra_failure",
-    }[outcome.ending]
     return AgentOutcome(
-        termination=termination,  # type: ignore[arg-type]
+        termination=outcome.ending.value,  # the relay's Ending values are the result's words
         exit_code=outcome.exit_code,
         duration_sec=duration,
         stop_sec=outcome.stop_sec,
@@ -351,22 +304,23 @@ async def run_trial(
     job_id: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     attempt: int = 1,
-    builder: ImageBuilder | None = None,
+    backend: Backend | None = None,
 ) -> TrialResult:
     """Run one trial and return its result (also written to `<trial_dir>/result.json`).
 
     `metadata["label"]`, if given, is the ground truth: the verifier sees it in
-    /tests/label.json; the agent never does.
+    /tests/label.json; the agent never does. `backend` defaults to the one `config` names.
     """
-    loaded = task if isinstance(task, Task) else load_task(task)
+    config = config or TrialConfig()
+    loaded = task if isinstance(task, Task) else await run_blocking(load_task, task)
     trial = Trial(
         loaded,
         agent if isinstance(agent, Agent) else parse_agent(agent),
-        config=config or TrialConfig(),
+        config=config,
+        backend=backend or config.backend.build(config.limits),
         trial_id=trial_id or new_id(loaded.name),
         job_id=job_id or new_id("job"),
         metadata=metadata or {},
         attempt=attempt,
-        builder=builder or default_builder(),
     )
     return await trial.run()

@@ -135,7 +135,7 @@ async def test_huge_agent_output_keeps_host_memory_flat(tmp_path: Path, docker_r
         config = TrialConfig(
             base_image_map={{"python:3.11-slim-bookworm": "trialbox-base/python3:bookworm"}},
             jobs_dir=Path({str(tmp_path / "jobs")!r}),
-            log_file_cap_bytes={cap},
+            limits={{"log_file_cap_bytes": {cap}}},
         )
         result = run_trial_sync(
             {str(HELLO)!r}, "command:head -c 300000000 /dev/zero | tr '\\\\0' x", config=config

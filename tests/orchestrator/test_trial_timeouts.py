@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 from container_runtime.contract import ContainerResult, read_model
-from orchestrator import TrialConfig, run_trial
+from orchestrator import Limits, TrialConfig, run_trial
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUM = REPO_ROOT / "examples" / "sum-workflow"
@@ -31,7 +31,7 @@ async def test_timed_out_agent_is_still_verified(config: TrialConfig, make_task)
 async def test_leader_ignoring_term_is_killed_and_still_scored(
     config: TrialConfig, make_task
 ) -> None:
-    config = config.model_copy(update={"stop_term_grace_sec": 0.5})
+    config = config.model_copy(update={"limits": Limits(stop_term_grace_sec=0.5)})
     task = make_task(
         "stubborn", task_toml=SHORT, test_sh="#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"
     )

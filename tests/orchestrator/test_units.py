@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import tarfile
 from pathlib import Path
@@ -125,11 +126,12 @@ def verifier_dir(tmp_path: Path, **files: str | bytes) -> Path:
 
 def test_reward_json_wins_over_txt(tmp_path: Path) -> None:
     folder = verifier_dir(tmp_path, reward_json='{"reward": 0.5, "speed": 2}', reward_txt="1")
-    assert read_rewards(folder) == {"reward": 0.5, "speed": 2.0}
+    assert asyncio.run(read_rewards(folder)) == {"reward": 0.5, "speed": 2.0}
 
 
 def test_reward_txt_is_one_number(tmp_path: Path) -> None:
-    assert read_rewards(verifier_dir(tmp_path, reward_txt=" 0.75\n")) == {"reward": 0.75}
+    rewards = asyncio.run(read_rewards(verifier_dir(tmp_path, reward_txt=" 0.75\n")))
+    assert rewards == {"reward": 0.75}
 
 
 @pytest.mark.parametrize(
@@ -154,7 +156,7 @@ def test_unusable_rewards_name_the_file(
     tmp_path: Path, files: dict[str, str | bytes], where: str, reason: str
 ) -> None:
     with pytest.raises(RewardFileError) as raised:
-        read_rewards(verifier_dir(tmp_path, **files))
+        asyncio.run(read_rewards(verifier_dir(tmp_path, **files)))
     assert where in raised.value.path
     assert reason in str(raised.value)
     assert raised.value.category == "validation"
@@ -188,7 +190,7 @@ def test_trial_config(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValidationError, match="FROM_IMAGE=LOCAL_IMAGE"):
         TrialConfig(base_image_map=["nope"])
     with pytest.raises(ValidationError):
-        TrialConfig(log_file_cap_bytes=0)
+        TrialConfig(limits={"log_file_cap_bytes": 0})
     with pytest.raises(ValidationError):
         TrialConfig(unknown=1)  # type: ignore[call-arg]
     assert "hunter22" not in repr(TrialConfig(credentials={"K": "hunter22"}))

@@ -20,7 +20,7 @@ import docker
 import docker.errors
 import pytest
 
-from orchestrator import TrialConfig, TrialResult, run_trial
+from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.backends.docker.sandbox import DockerSandbox, SandboxSpec
 from relay import Ending, Relay, RelayPolicy
 from relay.launcher import SCOPE_MARKER
@@ -64,7 +64,9 @@ def reward_if(python_condition: str) -> str:
 
 @pytest.fixture
 def quick(config: TrialConfig) -> TrialConfig:
-    return config.model_copy(update={"stop_term_grace_sec": 1.0, "stop_kill_grace_sec": 1.0})
+    return config.model_copy(
+        update={"limits": Limits(stop_term_grace_sec=1.0, stop_kill_grace_sec=1.0)}
+    )
 
 
 def trial_files(result: TrialResult) -> list[Path]:

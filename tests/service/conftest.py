@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ import docker
 import pytest
 
 from orchestrator import TrialConfig
+from orchestrator.common.ids import trial_id_for
 from orchestrator.service.engine import TrialEngine
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
@@ -51,7 +51,7 @@ async def until_sandbox_up(
 ) -> None:
     """The rollout's container runs, so a cancel now is a host abort of a started agent
     (`running` is reported from the trial's first phase, before any container exists)."""
-    name = "trialbox-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", rollout_id).strip("-.")[:60] + "__"
+    name = "trialbox-" + trial_id_for(rollout_id)
     job = f"trialbox.job={engine.job_id}"
 
     def names() -> list[str]:
@@ -59,7 +59,7 @@ async def until_sandbox_up(
         return [c.name for c in running]
 
     deadline = time.monotonic() + within
-    while not any(n.startswith(name) for n in await asyncio.to_thread(names)):
+    while name not in await asyncio.to_thread(names):
         if time.monotonic() > deadline:
             raise AssertionError(f"no running container for {rollout_id}")
         await asyncio.sleep(0.05)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-VENV_DIR = "/opt/trialbox/venv"
+from container_runtime.paths import RUNTIME_PYTHON, VENV_DIR
+
 UV_PATH = "/opt/trialbox/uv"
-RUNTIME_PYTHON = f"{VENV_DIR}/bin/python"
 MIN_PYTHON = (3, 9)
 
 _FROM = re.compile(

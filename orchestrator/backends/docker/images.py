@@ -16,10 +16,9 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import docker.errors
-from pydantic import BaseModel, Field
 
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.dockerfile import (
@@ -30,6 +29,7 @@ from orchestrator.backends.docker.dockerfile import (
 from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse, runtime_wheel
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, TaskError
+from orchestrator.sandbox import ImageOutcome
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import read_tree
 
@@ -38,14 +38,6 @@ TASK_REPO = "trialbox-env"
 LOG_TAIL_LINES = 40
 _TOOLS_DOCKERFILE = b"FROM scratch\nCOPY uv /uv\nCOPY wheels /wheels\n"
 T = TypeVar("T")
-
-
-class BuildOutcome(BaseModel):
-    """What `ensure_image` did for one tag."""
-
-    tag: str
-    status: Literal["built", "cached"]
-    seconds: float = Field(description="Wall time spent, including waiting for another build.")
 
 
 def _digest(files: Mapping[str, tuple[bytes, int]]) -> str:
@@ -214,13 +206,13 @@ class ImageBuilder:
         tag, context = await docker_api.in_thread(_with_tag, TASK_REPO, context)
         return BuildPlan(tag=tag, timeout_sec=env.build_timeout_sec, context=context)
 
-    async def _build(self, plan: BuildPlan, task_name: str) -> BuildOutcome:
+    async def _build(self, plan: BuildPlan, task_name: str) -> ImageOutcome:
         started = time.monotonic()
         earlier = self._running.get(plan.tag)
         if earlier is not None:  # a build that overran its timeout still runs: not two at once
             await asyncio.wait({earlier})
         if await image_exists(plan.tag):
-            return BuildOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
+            return ImageOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
         building = asyncio.ensure_future(
             docker_api.call_once(
                 f"build the image of {task_name}",
@@ -236,7 +228,7 @@ class ImageBuilder:
                 f"({plan.timeout_sec:g} s)"
             )
         building.result()
-        return BuildOutcome(tag=plan.tag, status="built", seconds=time.monotonic() - started)
+        return ImageOutcome(tag=plan.tag, status="built", seconds=time.monotonic() - started)
 
     async def ensure_image(
         self,
@@ -244,7 +236,7 @@ class ImageBuilder:
         base_image_map: Mapping[str, str] | None = None,
         *,
         plan: BuildPlan | None = None,
-    ) -> BuildOutcome:
+    ) -> ImageOutcome:
         """The task's image, built at most once however many trials ask at the same time.
 
         `plan`, when the caller made it already (prewarm does), saves reading the task again.
@@ -257,7 +249,7 @@ class ImageBuilder:
         outcome = await asyncio.shield(build)
         if not joined:
             return outcome  # type: ignore[return-value]
-        return BuildOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
+        return ImageOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
 
 
 _default_builder: ImageBuilder | None = None

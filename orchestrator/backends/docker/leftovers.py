@@ -6,21 +6,9 @@ Every container trialbox starts carries `trialbox.trial`, `trialbox.job` and
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from orchestrator.backends.docker import api as docker_api
-from orchestrator.backends.docker.sandbox import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL
 from orchestrator.common.errors import SandboxNotFoundError
-
-
-class Leftover(BaseModel):
-    """One trial container, as the engine lists it."""
-
-    name: str
-    trial: str
-    job: str
-    owner: str
-    state: str
+from orchestrator.sandbox import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL, Leftover
 
 
 async def find_leftovers(*, owner: str | None = None, job: str | None = None) -> list[Leftover]:
@@ -46,7 +34,7 @@ async def find_leftovers(*, owner: str | None = None, job: str | None = None) ->
     ]
 
 
-async def reap(leftovers: list[Leftover]) -> int:
+async def remove_leftovers(leftovers: list[Leftover]) -> int:
     """Remove these containers (forcefully); returns how many were removed."""
     api = docker_api.docker_client().api
     removed = 0

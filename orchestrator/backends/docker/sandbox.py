@@ -12,79 +12,50 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from orchestrator.backends.docker import api as docker_api
-from orchestrator.common.archive import DEFAULT_FILE_CAP, extract_stream, tar_of_files
+from orchestrator.common.archive import extract_stream, tar_of_files
 from orchestrator.common.errors import (
     SandboxConflictError,
     SandboxError,
     SandboxNotFoundError,
     SandboxTimeoutError,
 )
+from orchestrator.common.limits import Limits
 from orchestrator.common.shielding import ride_out_cancels
-
-LABEL_TRIAL = "trialbox.trial"
-LABEL_JOB = "trialbox.job"
-LABEL_OWNER = "trialbox.owner"
-
-DEFAULT_OUTPUT_CAP = 1024 * 1024
-KILL_AFTER_SEC = 5.0
-HOST_BACKSTOP_SEC = 15.0
-CREATE_SETTLE_SEC = 60.0
-DESTROY_SETTLE_SEC = 60.0
+from orchestrator.sandbox import Capabilities, ExecResult, SandboxSpec
 
 
-class SandboxSpec(BaseModel):
-    """What a sandbox is made of: image, identity labels and the task's limits."""
-
-    image: str
-    trial_id: str
-    job_id: str
-    owner: str
-    cpus: float = 1.0
-    memory_mb: int = 2048
-    pids_limit: int = 1024
-    network_mode: str = "none"
-
-    @property
-    def container_name(self) -> str:
-        return f"trialbox-{self.trial_id}"
-
-    @property
-    def labels(self) -> dict[str, str]:
-        """Every container carries these, so leftovers can always be found and reaped."""
-        return {LABEL_TRIAL: self.trial_id, LABEL_JOB: self.job_id, LABEL_OWNER: self.owner}
-
-
-class ExecResult(BaseModel):
-    """The outcome of one exec: its exit code and its (capped) merged output."""
-
-    exit_code: int | None = Field(description="None when the exit code could not be read.")
-    output: str = Field("", description="stdout and stderr, cut at the output cap.")
-    truncated: bool = Field(False, description="True when output was cut.")
-    timed_out: bool = Field(False, description="True when the in-container timeout fired.")
-    duration_sec: float = 0.0
-
-
-def _bounded_command(command: str, timeout: float | None) -> list[str]:
+def _bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
     if timeout is None:
         return ["sh", "-c", command]
     # Enforced inside the container (exit 124 on TERM, 137 after the KILL grace); the host's
     # wait is a little longer, as a backstop only.
-    return ["timeout", "-k", f"{KILL_AFTER_SEC:g}", f"{timeout:.3f}", "sh", "-c", command]
+    return ["timeout", "-k", f"{kill_after:g}", f"{timeout:.3f}", "sh", "-c", command]
+
+
+NETWORK_MODES = frozenset({"none", "bridge", "host"})
+CAPABILITIES = Capabilities(network_modes=NETWORK_MODES, gpus=False)
 
 
 class DockerSandbox:
     """A running container. Use `await DockerSandbox.create(spec)`; `destroy()` is idempotent."""
 
-    def __init__(self, container_id: str, spec: SandboxSpec) -> None:
+    def __init__(self, container_id: str, spec: SandboxSpec, limits: Limits | None = None) -> None:
         self.container_id = container_id
         self.spec = spec
+        self.limits = limits or Limits()
         self._destroy_task: asyncio.Task[None] | None = None
 
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
+
     @classmethod
-    async def create(cls, spec: SandboxSpec) -> DockerSandbox:
+    async def create(cls, spec: SandboxSpec, limits: Limits | None = None) -> DockerSandbox:
         """Create and start the container; a cancel or error at any point leaves nothing.
 
         The container is named after the trial, so whatever went wrong (a cancel while the
@@ -101,7 +72,7 @@ class DockerSandbox:
                 command=["infinity"],
                 init=True,
                 detach=True,
-                name=spec.container_name,
+                name=spec.name,
                 labels=spec.labels,
                 network_mode=spec.network_mode,
                 nano_cpus=int(spec.cpus * 1e9),
@@ -112,13 +83,14 @@ class DockerSandbox:
         )
         try:
             container = await asyncio.shield(creating)
-            sandbox = cls(container.id, spec)
+            sandbox = cls(container.id, spec, limits)
             await docker_api.call(f"start container {container.short_id}", container.start)
         except SandboxConflictError:
             raise  # the name belongs to another container: not ours to remove
         except BaseException:
-            cancelled = await ride_out_cancels(creating, CREATE_SETTLE_SEC)
-            await cls(spec.container_name, spec).destroy()
+            settle = (limits or Limits()).create_settle_sec
+            cancelled = await ride_out_cancels(creating, settle)
+            await cls(spec.name, spec, limits).destroy()
             if cancelled:
                 raise asyncio.CancelledError from None
             raise
@@ -152,18 +124,22 @@ class DockerSandbox:
         env: Mapping[str, str] | None = None,
         user: str = "",
         workdir: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
+        output_cap: int | None = None,
     ) -> ExecResult:
         """Run `sh -c command`; bounded inside the container and, as a backstop, on the host."""
-        argv = _bounded_command(command, timeout_sec)
+        limits = self.limits
+        argv = _bounded_command(command, timeout_sec, limits.exec_kill_after_sec)
+        cap = output_cap or limits.exec_output_cap_bytes
         started = time.monotonic()
-        backstop = None if timeout_sec is None else timeout_sec + KILL_AFTER_SEC + HOST_BACKSTOP_SEC
+        backstop = (
+            None
+            if timeout_sec is None
+            else timeout_sec + limits.exec_kill_after_sec + limits.exec_host_backstop_sec
+        )
         what = f"exec in {self.container_id[:12]}"
         try:
             exit_code, output, truncated = await asyncio.wait_for(
-                docker_api.call_once(
-                    what, self._exec_blocking, argv, env, user, workdir, output_cap
-                ),
+                docker_api.call_once(what, self._exec_blocking, argv, env, user, workdir, cap),
                 backstop,
             )
         except TimeoutError as exc:
@@ -204,7 +180,7 @@ class DockerSandbox:
         stream, _stat = api.get_archive(self.container_id, path, chunk_size=1 << 20)
         return extract_stream(stream, dest, file_cap=file_cap)
 
-    async def download(self, path: str, dest: Path, *, file_cap: int = DEFAULT_FILE_CAP) -> int:
+    async def download(self, path: str, dest: Path, *, file_cap: int) -> int:
         """Copy `path` from the container into the host folder `dest`, each file capped.
 
         Returns how many files were truncated.
@@ -231,7 +207,7 @@ class DockerSandbox:
         if self._destroy_task is None:
             self._destroy_task = asyncio.ensure_future(self._remove())
         # Let the removal finish before a cancellation goes on.
-        if await ride_out_cancels(self._destroy_task, DESTROY_SETTLE_SEC):
+        if await ride_out_cancels(self._destroy_task, self.limits.destroy_settle_sec):
             raise asyncio.CancelledError
         if self._destroy_task.done():
             self._destroy_task.result()  # a failed removal is the caller's to hear about

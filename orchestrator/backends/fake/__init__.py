@@ -1,1 +1,1 @@
-"""."""
+"""A backend without an engine: sandboxes in memory, commands answered by a script."""

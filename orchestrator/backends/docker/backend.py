@@ -1,0 +1,60 @@
+"""The Docker backend: sandboxes are containers of the engine `DOCKER_HOST` points at."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from orchestrator.backends.docker.images import BuildPlan, ImageBuilder, default_builder
+from orchestrator.backends.docker.leftovers import find_leftovers, remove_leftovers
+from orchestrator.backends.docker.sandbox import CAPABILITIES, DockerSandbox
+from orchestrator.common.limits import Limits
+from orchestrator.sandbox import (
+    Backend,
+    Capabilities,
+    ImageOutcome,
+    ImagePlan,
+    Leftover,
+    Sandbox,
+    SandboxSpec,
+)
+from orchestrator.tasks.task import Task
+
+
+class DockerBackend(Backend):
+    """Images built on the engine (content-hashed, single-flight), one container per trial."""
+
+    name = "docker"
+
+    def __init__(self, limits: Limits | None = None, builder: ImageBuilder | None = None) -> None:
+        self.limits = limits or Limits()
+        # The process-wide builder by default, so separate trials share single-flight builds.
+        self.builder = builder or default_builder()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
+
+    async def plan_image(self, task: Task, base_image_map: Mapping[str, str]) -> BuildPlan:
+        return await self.builder.plan(task, base_image_map)
+
+    async def ensure_image(
+        self,
+        task: Task,
+        base_image_map: Mapping[str, str] | None = None,
+        *,
+        plan: ImagePlan | None = None,
+    ) -> ImageOutcome:
+        if plan is not None and not isinstance(plan, BuildPlan):
+            raise TypeError(f"the Docker backend cannot use a {type(plan).__name__}")
+        return await self.builder.ensure_image(task, base_image_map, plan=plan)
+
+    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        return await DockerSandbox.create(spec, self.limits)
+
+    async def find_leftovers(
+        self, *, owner: str | None = None, job: str | None = None
+    ) -> list[Leftover]:
+        return await find_leftovers(owner=owner, job=job)
+
+    async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
+        return await remove_leftovers(leftovers)

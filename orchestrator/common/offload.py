@@ -1,0 +1,27 @@
+"""Blocking work off the event loop, in a pool of its own.
+
+Reading a task folder, hashing a build context or building a tar blocks; done on the loop it
+would freeze every trial at once. This pool is for such short host work only: engine calls
+have their own pools in the Docker backend, so a burst of file work never waits behind an
+agent's long exec, nor the other way round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+POOL_SIZE = 16
+_pool = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="trialbox-io")
+
+
+async def run_blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` in the host-work pool; the caller's loop stays free."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_pool, functools.partial(fn, *args, **kwargs))

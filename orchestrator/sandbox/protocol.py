@@ -1,0 +1,91 @@
+"""The sandbox protocol: what a trial, its agent and the relay may do with a sandbox.
+
+It is small on purpose (exec, upload, download, destroy) and structurally includes the
+relay's own `RelaySandbox`, so every backend's sandbox can be driven by the relay unchanged.
+Timeouts are enforced inside the sandbox (`timeout -k`), with a host-side backstop a little
+longer; `ExecResult.timed_out` is true only when the in-sandbox limit fired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from relay import RelaySandbox
+
+
+class Capabilities(BaseModel):
+    """What a backend can give a sandbox; a task that asks for more is refused up front."""
+
+    model_config = ConfigDict(frozen=True)
+
+    network_modes: frozenset[str] = Field(
+        frozenset({"none"}), description="Network modes a sandbox may be created with."
+    )
+    gpus: bool = Field(False, description="Whether GPUs can be attached.")
+
+
+class ExecResult(BaseModel):
+    """The outcome of one exec: its exit code and its (capped) merged output."""
+
+    exit_code: int | None = Field(description="None when the exit code could not be read.")
+    output: str = Field("", description="stdout and stderr, cut at the output cap.")
+    truncated: bool = Field(False, description="True when output was cut.")
+    timed_out: bool = Field(False, description="True when the in-sandbox timeout fired.")
+    duration_sec: float = 0.0
+
+
+@runtime_checkable
+class Sandbox(RelaySandbox, Protocol):
+    """One running sandbox. `destroy()` is idempotent and runs once whatever cancels."""
+
+    @property
+    def name(self) -> str:
+        """The sandbox's name, unique per trial."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend that made it supports."""
+        ...
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_sec: float | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str = "",
+        workdir: str | None = None,
+        output_cap: int | None = None,
+    ) -> ExecResult:
+        """Run `sh -c command` as `user` in `workdir`; bounded inside and, as a backstop,
+        outside the sandbox. Never runs the command twice."""
+        ...
+
+    async def upload(self, tar_bytes: bytes, path: str = "/") -> None:
+        """Extract a tar archive at `path` inside the sandbox, ownership and modes kept."""
+        ...
+
+    async def upload_file(
+        self, path: str, data: bytes, *, mode: int = 0o600, owner: tuple[int, int] = (0, 0)
+    ) -> None:
+        """Write one file (absolute `path`) with this mode and numeric owner."""
+        ...
+
+    async def download(self, path: str, dest: Path, *, file_cap: int) -> int:
+        """Copy `path` into the host folder `dest`, each file cut at `file_cap` bytes;
+        returns how many files were cut."""
+        ...
+
+    async def destroy(self) -> None:
+        """Remove the sandbox; idempotent, and finished before a cancel goes on."""
+        ...
+
+    @property
+    def destroyed(self) -> bool:
+        """True once removal was asked for: the sandbox can no longer be used."""
+        ...

@@ -1,0 +1,35 @@
+"""What a sandbox is made of, whatever backend makes it: image, identity, the task's limits."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+LABEL_TRIAL = "trialbox.trial"
+LABEL_JOB = "trialbox.job"
+LABEL_OWNER = "trialbox.owner"
+
+
+class SandboxSpec(BaseModel):
+    """One sandbox to create: its image, who it belongs to, and the limits it runs under."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    image: str
+    trial_id: str
+    job_id: str
+    owner: str
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    pids_limit: int = 1024
+    network_mode: str = "none"
+    gpus: int = 0
+
+    @property
+    def name(self) -> str:
+        """The sandbox's name: one per trial, so a half-made one can always be found."""
+        return f"trialbox-{self.trial_id}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Every sandbox carries these, so leftovers can always be found and reaped."""
+        return {LABEL_TRIAL: self.trial_id, LABEL_JOB: self.job_id, LABEL_OWNER: self.owner}
