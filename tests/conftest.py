@@ -1,8 +1,10 @@
 """Shared fixtures: a checked Docker engine, a trial config, a leak check, task folders.
 
-The orchestrator's tests talk to the real Docker engine (DESIGN.md: fakes are only for
-faults an engine cannot produce on demand), so a missing engine or base image is a failure
-with instructions, never a silent skip.
+Tests that depend on Docker's behaviour talk to the real engine, and a missing engine or base
+image is a failure with instructions, never a silent skip. Every test that needs the engine
+carries the `docker` marker: set explicitly, or added here to any test that uses the engine's
+fixtures, so `pytest -m "not docker"` runs everything else (the fake backend, the relay's
+state machine, the loader, the server's routes) on a machine without an engine.
 """
 
 from __future__ import annotations
@@ -82,9 +84,24 @@ def our_containers(client: docker.DockerClient) -> list:
     )
 
 
+ENGINE_FIXTURES = {"docker_client", "docker_ready", "config", "container_watch"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the engine's fixtures needs the engine: mark it `docker`."""
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+
+
 @pytest.fixture(autouse=True)
-def no_leftover_containers(docker_client: docker.DockerClient) -> Iterator[None]:
-    """After every test: no trial container of ours is left; any found is removed first."""
+def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test that needs the engine: no trial container of ours is left; any found
+    is removed first. Tests without the `docker` marker never touch the engine."""
+    if request.node.get_closest_marker("docker") is None:
+        yield
+        return
+    docker_client = request.getfixturevalue("docker_client")
     yield
     leftovers = our_containers(docker_client)
     names = [c.name for c in leftovers]
