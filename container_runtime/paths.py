@@ -1,6 +1,6 @@
 """Where the file contract lives inside a task container.
 
-The defaults are the container paths from DESIGN.md. The two roots can be moved with
+The defaults are the container paths of the file contract (docs/architecture.md). The two roots can be moved with
 ``TRIALBOX_LOGS_DIR`` and ``TRIALBOX_TESTS_DIR`` so tests (and odd images) can run the same
 code elsewhere; the variables are read at call time so a test can change them freely.
 """

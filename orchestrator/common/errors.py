@@ -1,9 +1,9 @@
 """One exception tree for trialbox.
 
-Every error carries the category a trainer acts on (see DESIGN.md, "What a result says"):
-`infra` samples are discarded, the others say something about the agent, the verifier or the
-task. Engine errors are translated into these at one boundary (`docker_api.py`), so callers
-never parse message text.
+Every error carries the category a trainer acts on (docs/architecture.md, "What a result
+says"): `infra` samples are discarded, the others say something about the agent, the
+verifier or the task. Engine errors are translated into these at one boundary
+(`backends/docker/api.py`), so callers never parse message text.
 """
 
 from __future__ import annotations
