@@ -1,8 +1,9 @@
 """Where the file contract lives inside a task container.
 
-The defaults are the container paths of the file contract (docs/architecture.md). The two roots can be moved with
-``TRIALBOX_LOGS_DIR`` and ``TRIALBOX_TESTS_DIR`` so tests (and odd images) can run the same
-code elsewhere; the variables are read at call time so a test can change them freely.
+The defaults are the container paths of the file contract (docs/architecture.md). The two
+roots can be moved with ``TRIALBOX_LOGS_DIR`` and ``TRIALBOX_TESTS_DIR`` so tests (and odd
+images) can run the same code elsewhere; the variables are read at call time so a test can
+change them freely.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The relay: supervises the agent's process inside a sandbox (see docs/architecture.md, "The relay").
+"""The relay: supervises the agent's process inside a sandbox (docs/architecture.md, "The
+relay").
 
 It imports nothing of trialbox's: it drives any sandbox that satisfies `RelaySandbox`.
 """
