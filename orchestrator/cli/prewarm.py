@@ -59,6 +59,7 @@ async def _prewarm(args: argparse.Namespace, console: Console) -> int:
         try:
             rows = await prewarm(
                 tasks, base_image_map=config.base_image_map, max_parallel=args.max_parallel,
+                backend=config.backend.build(config.limits),
                 on_done=lambda _row: progress.advance(bar),
             )  # fmt: skip
         except PrewarmError as exc:

@@ -11,12 +11,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from orchestrator.backends.docker.config import DockerBackendConfig
 from orchestrator.common.errors import TrialboxError
-from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Backend, ImagePlan
 from orchestrator.tasks.task import Task, load_task
+from orchestrator.trials.config import TrialConfig
 
 DEFAULT_PARALLEL_BUILDS = 2
 
@@ -58,7 +57,9 @@ async def prewarm(
 
     Raises PrewarmError, carrying every row, when any build failed.
     """
-    backend = backend or DockerBackendConfig().build(Limits())
+    if backend is None:  # the backend a default TrialConfig names
+        defaults = TrialConfig()
+        backend = defaults.backend.build(defaults.limits)
     mapping = dict(base_image_map or {})
     loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
     by_tag: dict[str, list[Task]] = {}

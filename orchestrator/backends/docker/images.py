@@ -29,6 +29,7 @@ from orchestrator.backends.docker.dockerfile import (
 from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse, runtime_wheel
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, TaskError
+from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import ImageOutcome
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import read_tree
@@ -150,9 +151,7 @@ class ImageBuilder:
         client = docker_api.docker_client()
         info = await docker_api.call("ask the engine for its architecture", client.info)
         arch = info.get("Architecture", "x86_64")
-        tag, context = await docker_api.in_thread(
-            lambda: _with_tag(TOOLS_REPO, _tools_context(arch))
-        )
+        tag, context = await run_blocking(lambda: _with_tag(TOOLS_REPO, _tools_context(arch)))
         if not await image_exists(tag):
             plan = BuildPlan(tag=tag, timeout_sec=300, context=context)
             await docker_api.call_once(
@@ -196,14 +195,14 @@ class ImageBuilder:
             context: dict[str, tuple[bytes, int]] = {}
         else:
             try:
-                text = task.dockerfile.read_text(encoding="utf-8")
+                text = await run_blocking(task.dockerfile.read_text, encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise TaskError(f"{task.dockerfile}: cannot be read: {exc}") from exc
-            context = await docker_api.in_thread(read_tree, task.environment_dir)
+            context = await run_blocking(read_tree, task.environment_dir)
         users = await self._image_users(map_base_images(text, base_image_map))
         dockerfile = patch_dockerfile(text, tools, base_image_map, users)
         context["Dockerfile"] = (dockerfile.encode(), 0o644)
-        tag, context = await docker_api.in_thread(_with_tag, TASK_REPO, context)
+        tag, context = await run_blocking(_with_tag, TASK_REPO, context)
         return BuildPlan(tag=tag, timeout_sec=env.build_timeout_sec, context=context)
 
     async def _build(self, plan: BuildPlan, task_name: str) -> ImageOutcome:
