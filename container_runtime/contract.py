@@ -54,6 +54,22 @@ class ContainerInput(BaseModel):
             "environment; the value itself is never written to a file."
         ),
     )
+    model: Optional[str] = Field(
+        default=None, description="The model name to send in chat-completions requests."
+    )
+    sampling: Dict[str, Any] = Field(
+        default_factory=dict,
+        description="Sampling settings to send with each request (temperature, top_p, "
+        "max_tokens, ...).",
+    )
+    max_turns: Optional[int] = Field(
+        default=None, ge=1, description="How many model calls a built-in agent may make."
+    )
+    agent_timeout_sec: Optional[float] = Field(
+        default=None,
+        gt=0,
+        description="The agent's framework timeout: an agent that knows it can stop in time.",
+    )
 
 
 class ContainerResult(BaseModel):

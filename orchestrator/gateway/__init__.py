@@ -1,0 +1,1 @@
+"""The model gateway: one OpenAI-compatible endpoint per trial, recorded and bounded."""

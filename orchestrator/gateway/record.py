@@ -1,0 +1,62 @@
+"""What the model gateway records: every exchange of a trial with its model, and the totals.
+
+One `Exchange` per request the sandbox sent. For chat completions the `response` is the full
+`chat.completion` object, also when the answer was streamed (the chunks are assembled), so
+readers never parse SSE. Token ids and logprobs stay where the upstream put them (vLLM's
+`prompt_token_ids` at the top, `choices[i].token_ids` and `choices[i].logprobs`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Usage(BaseModel):
+    """Model usage totals of a trial."""
+
+    calls: int = Field(0, description="Requests forwarded to the upstream.")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Exchange(BaseModel):
+    """One request from the sandbox and what came back."""
+
+    index: int = Field(description="0, 1, 2, ... in the order requests arrived.")
+    method: str
+    path: str = Field(description="e.g. /v1/chat/completions")
+    started_at: datetime
+    latency_sec: float = Field(description="From the request's arrival to its last byte out.")
+    status_code: int = Field(description="What the sandbox was answered.")
+    streamed: bool = False
+    request: Any = Field(None, description="The JSON body as sent upstream (never the key).")
+    response: Any = Field(
+        None, description="The JSON answer; a streamed chat completion, assembled."
+    )
+    raw_response: str | None = Field(
+        None, description="The answer's text when it was not JSON (capped)."
+    )
+    error: str | None = Field(None, description="Why the exchange failed, when it did.")
+    limit: str | None = Field(None, description="The limit that refused it, when one did.")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class GatewayRecord(BaseModel):
+    """Everything the gateway saw for one trial (written to `agent/gateway.json`)."""
+
+    trial_id: str
+    rollout_id: str | None = None
+    model: str | None = None
+    exchanges: list[Exchange] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    stopped_by: str | None = Field(
+        None, description="The first limit that refused a request (calls, tokens, deadline)."
+    )
