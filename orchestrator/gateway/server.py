@@ -1,0 +1,267 @@
+"""The model gateway: an OpenAI-compatible endpoint per trial, on a unix socket of its own.
+
+Each trial gets a slot: a socket in a folder that only its sandbox mounts, and a random
+token. Requests are checked against the slot's limits, tagged with the rollout (a header
+and the body's `user` field, so a trainer's router can attribute them), given the upstream's
+key (which therefore never enters the sandbox) and forwarded; streamed answers are passed
+through as they arrive and assembled on the side. Every exchange is recorded in the slot.
+
+The upstream client is aiohttp's rather than httpx: the gateway sits on every model call of
+every agent, and aiohttp's client adds a fraction of httpx's per-request overhead
+(`benchmarks/gateway_overhead.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import shutil
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from orchestrator.gateway.record import Exchange
+from orchestrator.gateway.settings import ModelConfig
+from orchestrator.gateway.slot import Slot
+from orchestrator.gateway.stream import ChunkAssembler
+
+CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+ROLLOUT_HEADER = "X-Trialbox-Rollout"
+RAW_CAP = 64 * 1024
+CLOSE_WITHIN_SEC = 2.0
+
+
+def _error(status: int, message: str, kind: str, code: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "code": code}}
+    return web.json_response(body, status=status)
+
+
+def _tokens(answer: Any) -> tuple[int, int]:
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    if not isinstance(usage, dict):
+        return 0, 0
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+class Gateway:
+    """Serves the slots of many trials from one event loop. Use as an async context, or
+    call `aclose()`; `open_slot` / `close_slot` per trial."""
+
+    def __init__(self) -> None:
+        # Unix socket paths are limited to ~108 bytes: keep the root short.
+        self.root = Path(tempfile.mkdtemp(prefix="tbgw-", dir="/tmp"))
+        self.root.chmod(0o755)
+        self._session: aiohttp.ClientSession | None = None
+        self._servers: dict[Slot, tuple[asyncio.AbstractServer, web.Server]] = {}
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        return self._session
+
+    # -- slots ---------------------------------------------------------------------------------
+
+    async def open_slot(self, *, trial_id: str, rollout_id: str | None, model: ModelConfig) -> Slot:
+        """A new slot listening on its own socket (mount `slot.folder` into the sandbox)."""
+        folder = self.root / secrets.token_hex(6)
+        folder.mkdir(mode=0o755)
+        slot = Slot(folder, trial_id=trial_id, rollout_id=rollout_id, model=model)
+        handler = web.Server(lambda request: self._handle(slot, request))
+        loop = asyncio.get_running_loop()
+        server = await loop.create_unix_server(handler, path=str(slot.socket_path))
+        slot.socket_path.chmod(0o666)  # whoever the forwarder in the sandbox runs as
+        self._servers[slot] = (server, handler)
+        return slot
+
+    async def close_slot(self, slot: Slot) -> None:
+        """Stop serving the slot: in-flight requests are cut, the socket goes. Idempotent."""
+        slot.closed = True
+        entry = self._servers.pop(slot, None)
+        if entry is None:
+            return
+        server, handler = entry
+        server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handler.shutdown(0.5), CLOSE_WITHIN_SEC)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.wait_closed(), CLOSE_WITHIN_SEC)
+        shutil.rmtree(slot.folder, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        for slot in list(self._servers):
+            await self.close_slot(slot)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    async def __aenter__(self) -> Gateway:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def _handle(self, slot: Slot, request: web.BaseRequest) -> web.StreamResponse:
+        if not slot.authorized(request.headers.get("Authorization")):
+            return _error(401, "invalid token for this trial's gateway", "invalid_request_error")
+        path = request.path.rstrip("/")
+        if request.method == "GET" and path == MODELS_PATH:
+            model = {"id": slot.model.name, "object": "model", "owned_by": "trialbox"}
+            return web.json_response({"object": "list", "data": [model]})
+        exchange = Exchange(
+            index=slot.next_index(), method=request.method, path=path,
+            started_at=datetime.now(UTC), latency_sec=0.0, status_code=0,
+        )  # fmt: skip
+        started = time.monotonic()
+        try:
+            response = await self._exchange(slot, request, path, exchange)
+        finally:
+            exchange.latency_sec = time.monotonic() - started
+            slot.add(exchange)
+        return response
+
+    async def _exchange(
+        self, slot: Slot, request: web.BaseRequest, path: str, exchange: Exchange
+    ) -> web.StreamResponse:
+        refused = "closed" if slot.closed else slot.refusal()
+        if refused is not None:
+            exchange.limit = refused
+            exchange.status_code = 403
+            why = "the agent's phase is over" if refused == "closed" else slot.describe(refused)
+            exchange.error = why
+            return _error(403, f"trialbox: {why}", "trialbox_limit", refused)
+        raw = await request.read()
+        if request.method == "POST" and path == CHAT_PATH:
+            return await self._chat(slot, request, raw, exchange)
+        return await self._passthrough(slot, request, path, raw, exchange)
+
+    def _upstream_headers(self, slot: Slot, content_type: str | None) -> dict[str, str]:
+        headers = {ROLLOUT_HEADER: slot.tag}
+        if content_type:
+            headers["Content-Type"] = content_type
+        if slot.model.api_key is not None:
+            headers["Authorization"] = f"Bearer {slot.model.api_key.get_secret_value()}"
+        return headers
+
+    def _timeout(self, slot: Slot) -> aiohttp.ClientTimeout:
+        total = slot.model.upstream_timeout_sec
+        remaining = slot.remaining_sec()
+        if remaining is not None:
+            total = max(1.0, min(total, remaining))
+        return aiohttp.ClientTimeout(total=total)
+
+    def _prepared(self, slot: Slot, body: dict[str, Any]) -> dict[str, Any]:
+        """The body as it goes upstream: the trial's model, its sampling defaults, the
+        rollout tag, and the asks for usage and token data the record needs."""
+        model = slot.model
+        body = {**model.sampling.as_body(), **body, "model": model.name, "user": slot.tag}
+        if body.get("stream"):
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        if model.request_token_ids:
+            body.setdefault("logprobs", True)
+            body.setdefault("return_token_ids", True)
+        return body
+
+    async def _chat(
+        self, slot: Slot, request: web.BaseRequest, raw: bytes, exchange: Exchange
+    ) -> web.StreamResponse:
+        try:
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body is not a JSON object")
+        except ValueError as exc:
+            exchange.status_code, exchange.error = 400, f"bad request body: {exc}"
+            return _error(400, exchange.error, "invalid_request_error")
+        body = self._prepared(slot, body)
+        exchange.request = body
+        exchange.streamed = bool(body.get("stream"))
+        url = f"{slot.model.base_url}/chat/completions"
+        try:
+            async with self._client().post(
+                url, json=body, headers=self._upstream_headers(slot, None),
+                timeout=self._timeout(slot),
+            ) as upstream:  # fmt: skip
+                if exchange.streamed and upstream.status == 200:
+                    return await self._relay_stream(request, upstream, exchange)
+                data = await upstream.read()
+                exchange.status_code = upstream.status
+                self._keep_answer(exchange, data)
+                if upstream.status >= 400:
+                    exchange.error = f"upstream answered {upstream.status}"
+                ctype = upstream.headers.get("Content-Type", "application/json")
+                return web.Response(body=data, status=upstream.status, content_type=None,
+                                    headers={"Content-Type": ctype})  # fmt: skip
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return self._unreachable(exchange, exc)
+
+    async def _relay_stream(
+        self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, exchange: Exchange
+    ) -> web.StreamResponse:
+        out = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await out.prepare(request)
+        assembler = ChunkAssembler()
+        exchange.status_code = 200
+        try:
+            async for data in upstream.content.iter_any():
+                assembler.feed(data)
+                await out.write(data)
+            await out.write_eof()
+        except (aiohttp.ClientError, TimeoutError, ConnectionResetError) as exc:
+            exchange.error = f"the stream broke off: {type(exc).__name__}: {exc}"
+        finally:
+            exchange.response = assembler.result()
+            exchange.prompt_tokens, exchange.completion_tokens = _tokens(exchange.response)
+        return out
+
+    async def _passthrough(
+        self, slot: Slot, request: web.BaseRequest, path: str, raw: bytes, exchange: Exchange
+    ) -> web.StreamResponse:
+        """Other paths (/v1/responses, /v1/messages, ...) go upstream as they are, recorded
+        raw: the gateway adds the key and the tag and keeps the limits, nothing more."""
+        exchange.request = raw[:RAW_CAP].decode("utf-8", errors="replace")
+        suffix = path.removeprefix("/v1")
+        url = f"{slot.model.base_url}{suffix}"
+        try:
+            async with self._client().request(
+                request.method, url, data=raw, params=request.query,
+                headers=self._upstream_headers(slot, request.headers.get("Content-Type")),
+                timeout=self._timeout(slot),
+            ) as upstream:  # fmt: skip
+                data = await upstream.read()
+                exchange.status_code = upstream.status
+                self._keep_answer(exchange, data)
+                ctype = upstream.headers.get("Content-Type", "application/octet-stream")
+                return web.Response(body=data, status=upstream.status,
+                                    headers={"Content-Type": ctype})  # fmt: skip
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return self._unreachable(exchange, exc)
+
+    @staticmethod
+    def _keep_answer(exchange: Exchange, data: bytes) -> None:
+        try:
+            exchange.response = json.loads(data)
+        except ValueError:
+            exchange.raw_response = data[:RAW_CAP].decode("utf-8", errors="replace")
+            return
+        exchange.prompt_tokens, exchange.completion_tokens = _tokens(exchange.response)
+
+    @staticmethod
+    def _unreachable(exchange: Exchange, exc: BaseException) -> web.Response:
+        timed_out = isinstance(exc, TimeoutError)
+        exchange.status_code = 504 if timed_out else 502
+        what = "did not answer in time" if timed_out else f"failed: {type(exc).__name__}: {exc}"
+        exchange.error = f"the upstream model {what}"
+        return _error(exchange.status_code, f"trialbox gateway: {exchange.error}", "upstream_error")
