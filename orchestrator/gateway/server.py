@@ -83,7 +83,10 @@ class Gateway:
         return slot
 
     async def close_slot(self, slot: Slot) -> None:
-        """Stop serving the slot: in-flight requests are cut, the socket goes. Idempotent."""
+        """Stop serving the slot: in-flight requests are cut, the socket goes. Idempotent.
+
+        The folder stays until `release_slot`: the engine cannot copy files in or out of a
+        container whose mount source has vanished, so it goes after the sandbox."""
         slot.closed = True
         entry = self._servers.pop(slot, None)
         if entry is None:
@@ -94,6 +97,11 @@ class Gateway:
             await asyncio.wait_for(handler.shutdown(0.5), CLOSE_WITHIN_SEC)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), CLOSE_WITHIN_SEC)
+        slot.socket_path.unlink(missing_ok=True)
+
+    async def release_slot(self, slot: Slot) -> None:
+        """Close the slot and remove its folder (once its sandbox is gone)."""
+        await self.close_slot(slot)
         shutil.rmtree(slot.folder, ignore_errors=True)
 
     async def aclose(self) -> None:

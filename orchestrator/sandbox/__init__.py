@@ -6,7 +6,7 @@ The trial, the agents, prewarm and reap talk only to these interfaces; each back
 
 from orchestrator.sandbox.backend import Backend, ImageOutcome, ImagePlan, Leftover
 from orchestrator.sandbox.protocol import Capabilities, ExecResult, Sandbox
-from orchestrator.sandbox.spec import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL, SandboxSpec
+from orchestrator.sandbox.spec import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL, Mount, SandboxSpec
 
 __all__ = [
     "LABEL_JOB",
@@ -18,6 +18,7 @@ __all__ = [
     "ImageOutcome",
     "ImagePlan",
     "Leftover",
+    "Mount",
     "Sandbox",
     "SandboxSpec",
 ]

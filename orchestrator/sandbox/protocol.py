@@ -26,6 +26,11 @@ class Capabilities(BaseModel):
         frozenset({"none"}), description="Network modes a sandbox may be created with."
     )
     gpus: bool = Field(False, description="Whether GPUs can be attached.")
+    host_mounts: bool = Field(
+        False,
+        description="Whether host folders can be mounted (the model gateway's socket needs "
+        "the sandbox on the gateway's host).",
+    )
 
 
 class ExecResult(BaseModel):

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 LABEL_TRIAL = "trialbox.trial"
 LABEL_JOB = "trialbox.job"
 LABEL_OWNER = "trialbox.owner"
+
+
+class Mount(BaseModel):
+    """A host folder made visible inside the sandbox (e.g. the trial's gateway socket)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(description="Absolute path on the engine's host.")
+    target: str = Field(description="Absolute path inside the sandbox.")
+    read_only: bool = True
 
 
 class SandboxSpec(BaseModel):
@@ -23,6 +33,7 @@ class SandboxSpec(BaseModel):
     pids_limit: int = 1024
     network_mode: str = "none"
     gpus: int = 0
+    mounts: tuple[Mount, ...] = ()
 
     @property
     def name(self) -> str:

@@ -1,4 +1,4 @@
-"""The agents a trial can run: `oracle`, `nop`, `command:<shell>`, `workflow:<module:Class>`.
+"""The agents a trial can run: `oracle`, `nop`, `shell`, `command:<shell>`, `workflow:<mod:Class>`.
 
 An agent is what to put into the sandbox before it starts (`prepare`), the shell command
 that is its process (`command`), and, for agents that report on their own work, what went
@@ -27,6 +27,8 @@ WORKFLOW_DIR = "/opt/trialbox/agent"
 
 class Agent(ABC):
     """One way of working on a task inside the sandbox."""
+
+    needs_model = False  # True when the agent cannot work without a model gateway
 
     def __init__(self, spec: str) -> None:
         self.spec = spec
@@ -130,6 +132,16 @@ class WorkflowAgent(Agent):
         return f"the workflow failed: {outcome.error_type}: {outcome.error}"
 
 
+class ShellAgent(Agent):
+    """The built-in tool-calling agent (`container_runtime.shell_agent`): one `bash` tool,
+    the model behind the trial's gateway. The reference agent for RL rollouts."""
+
+    needs_model = True
+
+    def command(self) -> str:
+        return f"exec {RUNTIME_PYTHON} -m container_runtime shell"
+
+
 def parse_agent(spec: str) -> Agent:
     """An agent from its --agent value."""
     kind, _, rest = spec.partition(":")
@@ -137,11 +149,13 @@ def parse_agent(spec: str) -> Agent:
         return OracleAgent(spec)
     if kind == "nop" and not rest:
         return NopAgent(spec)
+    if kind == "shell" and not rest:
+        return ShellAgent(spec)
     if kind == "command":
         return CommandAgent(spec, rest)
     if kind == "workflow":
         return WorkflowAgent(spec, rest)
     raise AgentSpecError(
-        f"--agent {spec!r}: unknown agent; use oracle, nop, command:<shell command> or "
+        f"--agent {spec!r}: unknown agent; use oracle, nop, shell, command:<shell command> or "
         "workflow:<module>:<Class>"
     )

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.backends import BackendConfig, DockerBackendConfig
 from orchestrator.common.limits import Limits
+from orchestrator.gateway.settings import ModelConfig
 
 BASE_IMAGE_MAP_ENV = "TRIALBOX_BASE_IMAGE_MAP"
 
@@ -61,6 +62,11 @@ class TrialConfig(BaseModel):
             "scrubbed from everything collected and never written to results."
         ),
         repr=False,
+    )
+    model: ModelConfig | None = Field(
+        None,
+        description="The model agents call through the trial's gateway (the shell agent needs "
+        "one; any agent gets OPENAI_BASE_URL, OPENAI_API_KEY and TRIALBOX_MODEL when set).",
     )
     backend: BackendConfig = Field(
         default_factory=DockerBackendConfig,

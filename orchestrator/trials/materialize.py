@@ -57,10 +57,14 @@ def materialize(
     trial_id: str,
     metadata: dict[str, Any],
     rollout_id: str | None = None,
+    prompt: str | None = None,
     chat_completions_url: str | None = None,
     credentials_ref: str | None = None,
 ) -> Materialized:
-    """Copy the task into `trial_dir/task`, stage the input, put the label into tests/."""
+    """Copy the task into `trial_dir/task`, stage the input, put the label into tests/.
+
+    `prompt`, when given (a rollout's own), replaces the task's instruction.md for the agent.
+    """
     entries = check_tree(task.path)
     checksum = checksum_tree(task.path, entries)
     task_dir = trial_dir / "task"
@@ -75,7 +79,7 @@ def materialize(
     container_input = ContainerInput(
         trial_id=trial_id,
         rollout_id=rollout_id,
-        instruction=task.instruction,
+        instruction=task.instruction if prompt is None else prompt,
         metadata=visible,
         chat_completions_url=chat_completions_url,
         credentials_ref=credentials_ref,

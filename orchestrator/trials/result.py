@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.common.errors import ErrorCategory
+from orchestrator.gateway.record import Usage
 
 TrialStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
 Phase = Literal["materialize", "image", "start", "agent", "verify", "collect", "teardown"]
@@ -71,6 +72,10 @@ class TrialResult(BaseModel):
     agent: AgentOutcome = Field(default_factory=AgentOutcome)
     error: TrialError | None = None
     timings: Timings = Field(default_factory=Timings)
+    usage: Usage | None = Field(None, description="Model calls and tokens, when it had a model.")
+    model_limit: str | None = Field(
+        None, description="The model limit that refused the agent (calls, tokens, deadline)."
+    )
     warnings: list[str] = Field(
         default_factory=list, description="What went wrong without changing the outcome."
     )

@@ -19,10 +19,11 @@ from typing import Any
 
 import aiofiles
 
-from container_runtime import paths
+from container_runtime import __version__, paths
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import (
     AgentInfraError,
+    AgentSpecError,
     RewardFileError,
     TrialboxError,
     WorkflowError,
@@ -31,11 +32,14 @@ from orchestrator.common.ids import check_id, new_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import ride_out_cancels
-from orchestrator.sandbox import Backend, Sandbox, SandboxSpec
+from orchestrator.gateway.server import Gateway
+from orchestrator.gateway.settings import ModelOverride
+from orchestrator.sandbox import Backend, Mount, Sandbox, SandboxSpec
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.materialize import Materialized, materialize
+from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
 from orchestrator.trials.rewards import headline_reward
 from orchestrator.trials.verifier import run_verifier, score
@@ -65,17 +69,24 @@ class Trial:
         attempt: int,
         rollout_id: str | None = None,
         session_id: str | None = None,
+        prompt: str | None = None,
+        model: ModelOverride | None = None,
+        gateway: Gateway | None = None,
         on_grading: Callable[[Trial], None] | None = None,
     ) -> None:
         self.task, self.agent, self.config, self.backend = task, agent, config, backend
         self.limits = config.limits
+        self.prompt = prompt
+        self.model = None if config.model is None else config.model.merged(model)
+        self._gateway, self._own_gateway = gateway, gateway is None
+        self.link: ModelLink | None = None
         self._on_grading = on_grading
         self.trial_id = check_id(trial_id, "trial id")
         self.job_id = check_id(job_id, "job id")
         self.rollout_id = rollout_id
         self.metadata = dict(metadata)
         self.trial_dir = config.jobs_dir.resolve() / job_id / trial_id
-        self.scrubber = Scrubber(config.credentials.values())
+        self.scrubber = Scrubber(self._secrets())
         self.result = TrialResult(
             trial_id=trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
             task_name=task.name, agent_spec=agent.spec, attempt=attempt, status="running",
@@ -87,6 +98,14 @@ class Trial:
         self._ran = False
 
     # -- bookkeeping --------------------------------------------------------------------------
+
+    def _secrets(self) -> list[str]:
+        secrets = list(self.config.credentials.values())
+        if self.model is not None and self.model.api_key is not None:
+            secrets.append(self.model.api_key.get_secret_value())
+        if self.link is not None and self.link.slot is not None:
+            secrets.append(self.link.slot.token)
+        return secrets
 
     @contextlib.contextmanager
     def _timed(self, phase: Phase) -> Iterator[None]:
@@ -115,7 +134,7 @@ class Trial:
     async def _materialize(self) -> Materialized:
         return await run_blocking(
             materialize, self.task, self.trial_dir, trial_id=self.trial_id,
-            rollout_id=self.rollout_id, metadata=self.metadata,
+            rollout_id=self.rollout_id, prompt=self.prompt, metadata=self.metadata,
             chat_completions_url=self.config.chat_completions_url,
             credentials_ref=next(iter(self.config.credentials), None),
         )  # fmt: skip
@@ -125,13 +144,18 @@ class Trial:
         spec = SandboxSpec(
             image=image, trial_id=self.trial_id, job_id=self.job_id, owner=self.config.owner,
             cpus=env.cpus, memory_mb=env.memory_mb, pids_limit=env.pids_limit,
-            network_mode=env.effective_network_mode,
+            network_mode=env.effective_network_mode, mounts=await self._open_model_link(),
         )  # fmt: skip
         self.sandbox = sandbox = await self.backend.create_sandbox(spec)
+        container_input = staged.container_input
+        if self.link is not None:
+            await self.link.connect(sandbox)
+            timeout = self.task.config.agent.timeout_sec
+            container_input = self.link.container_input(container_input, timeout)
         # /logs and /logs/verifier are root's: an agent running as another user can write
         # only its own folders, and cannot swap the verifier's folder for one of its own.
         skeleton = tar_of_files(
-            {paths.CONTAINER_INPUT.lstrip("/"): staged.container_input.model_dump_json().encode()},
+            {paths.CONTAINER_INPUT.lstrip("/"): container_input.model_dump_json().encode()},
             dirs={
                 paths.LOGS_DIR.lstrip("/"): 0o755,
                 paths.AGENT_DIR.lstrip("/"): 0o777,
@@ -142,6 +166,25 @@ class Trial:
         await sandbox.upload(skeleton, "/")
         return sandbox
 
+    async def _open_model_link(self) -> tuple[Mount, ...]:
+        """The gateway slot, opened before the sandbox: its socket folder is mounted."""
+        if self.model is None:
+            if self.agent.needs_model:
+                raise AgentSpecError(
+                    f"--agent {self.agent.spec!r} needs a model: give --model and --model-url "
+                    "(TrialConfig.model in Python)"
+                )
+            return ()
+        if self._gateway is None:
+            self._gateway = Gateway()
+        self.link = ModelLink(self._gateway, self.model)
+        mount = await self.link.open(
+            trial_id=self.trial_id, rollout_id=self.rollout_id,
+            capabilities=self.backend.capabilities,
+        )  # fmt: skip
+        self.scrubber = Scrubber(self._secrets())
+        return (mount,)
+
     async def _run_agent(self, sandbox: Sandbox, staged: Materialized) -> None:
         """Run the agent under the relay, which decides once how it ended; the trial only
         reads that decision."""
@@ -150,14 +193,17 @@ class Trial:
             term_grace=self.limits.stop_term_grace_sec, kill_grace=self.limits.stop_kill_grace_sec
         )
         relay = Relay(sandbox, policy=policy, stdout=AGENT_STDOUT, stderr=AGENT_STDERR)
+        timeout = self.task.config.agent.timeout_sec
+        env = dict(self.config.credentials)
+        if self.link is not None:
+            env.update(self.link.agent_env())
+            self.link.start_clock(timeout)
         started = time.monotonic()
         try:
-            await relay.run(
-                self.agent.command(),
-                timeout_sec=self.task.config.agent.timeout_sec,
-                env=self.config.credentials,
-            )
+            await relay.run(self.agent.command(), timeout_sec=timeout, env=env)
         finally:
+            if self.link is not None:
+                await asyncio.shield(self.link.close())
             if relay.outcome is not None:
                 self.relay_outcome = relay.outcome
                 self.result.agent = _agent_outcome(relay.outcome, time.monotonic() - started)
@@ -245,6 +291,7 @@ class Trial:
                 await asyncio.wait_for(self._collect(sandbox), self.limits.collect_sec)
             except Exception as exc:
                 self._fail(exc, "collect")
+        await self._keep_model_record()
         if not cancelled and staged is not None:
             if verified and self.result.error is None:
                 await self._score(staged)
@@ -261,9 +308,31 @@ class Trial:
             self.result.agent.termination = self.result.agent.termination or "aborted"
         else:
             self.result.status = "success" if self.result.rewards else "failure"
+        if self.link is not None:
+            await self.link.release()
+        if self._own_gateway and self._gateway is not None:
+            await self._gateway.aclose()
         self.result.timings.total = time.monotonic() - started
         self.result.finished_at = _now()
         await self._write_result()
+
+    async def _keep_model_record(self) -> None:
+        """The gateway's record and the trajectory made from it, in the trial's folder."""
+        if self.link is None:
+            return
+        await self.link.close()
+        record = self.link.record
+        if record is None:
+            return
+        self.result.usage = record.usage
+        self.result.model_limit = record.stopped_by
+        agent_dir = self.trial_dir / "logs" / "agent"
+        try:
+            await self.link.write(agent_dir, agent_name=self.agent.spec, agent_version=__version__)
+            if self.scrubber:
+                await run_blocking(self.scrubber.tree, agent_dir)
+        except Exception as exc:  # the record is a bonus: a failure to write it is a warning
+            self.result.warnings.append(f"the model record was not written: {exc!r}")
 
     async def _judge_agent_report(self, staged: Materialized) -> None:
         """A problem the agent reports is an `agent` error when nothing was scored (the

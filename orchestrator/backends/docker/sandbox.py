@@ -12,6 +12,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from docker.types import Mount as DockerMount
+
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.common.archive import extract_stream, tar_of_files
 from orchestrator.common.errors import (
@@ -34,7 +36,7 @@ def _bounded_command(command: str, timeout: float | None, kill_after: float) -> 
 
 
 NETWORK_MODES = frozenset({"none", "bridge", "host"})
-CAPABILITIES = Capabilities(network_modes=NETWORK_MODES, gpus=False)
+CAPABILITIES = Capabilities(network_modes=NETWORK_MODES, gpus=False, host_mounts=True)
 
 
 class DockerSandbox:
@@ -79,6 +81,10 @@ class DockerSandbox:
                 mem_limit=f"{spec.memory_mb}m",
                 pids_limit=spec.pids_limit,
                 security_opt=["no-new-privileges"],
+                mounts=[
+                    DockerMount(m.target, m.source, type="bind", read_only=m.read_only)
+                    for m in spec.mounts
+                ],
             )
         )
         try:

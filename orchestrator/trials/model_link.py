@@ -1,0 +1,128 @@
+"""A trial's link to its model: a gateway slot, the socket mounted, a forwarder inside.
+
+Whatever the agent (the built-in shell agent, a workflow, a CLI agent run by `command:`), it
+finds the same environment: `OPENAI_BASE_URL` pointing at 127.0.0.1 inside its own sandbox,
+`OPENAI_API_KEY` holding the slot's token (never the upstream's key), and `TRIALBOX_MODEL`.
+This works the same with network mode none and with a network, so recording and limits
+always hold. After the agent, the record becomes `agent/gateway.json` and, when the agent
+called the model, `agent/trajectory.json` in ATIF (with token ids when the upstream gave them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiofiles
+
+from container_runtime.contract import ContainerInput
+from container_runtime.paths import RUNTIME_PYTHON
+from orchestrator.common.errors import SandboxError, TaskError
+from orchestrator.common.offload import run_blocking
+from orchestrator.gateway.record import GatewayRecord
+from orchestrator.gateway.server import Gateway
+from orchestrator.gateway.settings import ModelConfig
+from orchestrator.gateway.slot import SOCKET_NAME, Slot
+from orchestrator.sandbox import Capabilities, Mount, Sandbox
+
+GATEWAY_DIR = "/run/trialbox-gateway"
+FORWARD_START_SEC = 30.0
+
+
+class ModelLink:
+    """Opened before the sandbox exists (its folder is part of the spec), connected once the
+    sandbox runs, closed when the agent is done (or the trial ends, whichever is first)."""
+
+    def __init__(self, gateway: Gateway, model: ModelConfig) -> None:
+        self.gateway = gateway
+        self.model = model
+        self.slot: Slot | None = None
+        self.base_url: str | None = None
+
+    async def open(
+        self, *, trial_id: str, rollout_id: str | None, capabilities: Capabilities
+    ) -> Mount:
+        if not capabilities.host_mounts:
+            raise TaskError(
+                "this backend cannot mount the model gateway's socket into its sandboxes; "
+                "run model-backed agents on a backend whose sandboxes share the gateway's host"
+            )
+        self.slot = await self.gateway.open_slot(
+            trial_id=trial_id, rollout_id=rollout_id, model=self.model
+        )
+        return Mount(source=str(self.slot.folder), target=GATEWAY_DIR, read_only=True)
+
+    async def connect(self, sandbox: Sandbox) -> None:
+        """Start the forwarder in the sandbox (as root, detached) and learn its port."""
+        started = await sandbox.exec(
+            f"{RUNTIME_PYTHON} -m container_runtime forward --daemon "
+            f"--listen 127.0.0.1:0 --to {GATEWAY_DIR}/{SOCKET_NAME}",
+            timeout_sec=FORWARD_START_SEC,
+            user="root",
+        )
+        port = started.output.strip().splitlines()[-1:] if started.output else []
+        if started.exit_code != 0 or not port or not port[0].isdigit():
+            raise SandboxError(
+                f"the model gateway's forwarder did not start in the sandbox "
+                f"(exit {started.exit_code}): {started.output.strip()[-500:]}"
+            )
+        self.base_url = f"http://127.0.0.1:{port[0]}/v1"
+
+    def agent_env(self) -> dict[str, str]:
+        assert self.slot is not None and self.base_url is not None
+        return {
+            "OPENAI_BASE_URL": self.base_url,
+            "OPENAI_API_KEY": self.slot.token,
+            "TRIALBOX_MODEL": self.model.name,
+        }
+
+    def container_input(self, staged: ContainerInput, agent_timeout_sec: float) -> ContainerInput:
+        return staged.model_copy(
+            update={
+                "chat_completions_url": f"{self.base_url}/chat/completions",
+                "model": self.model.name,
+                "sampling": self.model.sampling.as_body(),
+                "max_turns": self.model.max_turns,
+                "agent_timeout_sec": agent_timeout_sec,
+            }
+        )
+
+    def start_clock(self, seconds: float) -> None:
+        if self.slot is not None:
+            self.slot.start_clock(seconds)
+
+    async def close(self) -> None:
+        if self.slot is not None:
+            await self.gateway.close_slot(self.slot)
+
+    async def release(self) -> None:
+        """After teardown: the slot's folder goes too."""
+        if self.slot is not None:
+            await self.gateway.release_slot(self.slot)
+
+    @property
+    def record(self) -> GatewayRecord | None:
+        return None if self.slot is None else self.slot.record
+
+    async def write(self, agent_dir: Path, *, agent_name: str, agent_version: str) -> None:
+        """`gateway.json` always; `trajectory.json` (ATIF) when the agent called the model.
+        A trajectory the agent wrote itself is kept beside it as `trajectory.agent.json`."""
+        record = self.record
+        if record is None:
+            return
+        await run_blocking(agent_dir.mkdir, parents=True, exist_ok=True)
+        await _write(agent_dir / "gateway.json", record.model_dump_json(indent=2))
+        if not any(e.path.endswith("/chat/completions") for e in record.exchanges):
+            return
+        own = agent_dir / "trajectory.json"
+        if await run_blocking(own.is_file):
+            await run_blocking(own.replace, agent_dir / "trajectory.agent.json")
+        from orchestrator.gateway.trajectory import trajectory_from_record
+
+        doc = trajectory_from_record(record, agent_name=agent_name, agent_version=agent_version)
+        await _write(own, json.dumps(doc, indent=2))
+
+
+async def _write(path: Path, text: str) -> None:
+    async with aiofiles.open(path, "w", encoding="utf-8") as out:
+        await out.write(text)
