@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
+from orchestrator.gateway.settings import DEFAULT_KEY_ENV, ModelConfig, ModelLimits, Sampling
 from orchestrator.tasks.task import Task, discover_tasks, load_task, resolve_task_id
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
 
@@ -45,7 +46,7 @@ def add_agent_options(parser: argparse.ArgumentParser, *, what: str = "agent") -
     parser.add_argument(
         "--agent",
         default="oracle",
-        help=f"{what}: oracle | nop | command:<shell command> | "
+        help=f"{what}: oracle | nop | shell (needs --model) | command:<shell command> | "
         "workflow:<module or file.py>:<Class> (default: oracle)",
     )
     parser.add_argument("--n-concurrent", type=int, default=4, help="trials at once (default: 4)")
@@ -59,6 +60,55 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         "--keep-containers", action="store_true", help="leave containers for debugging"
     )
     add_base_image_option(parser)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The model agents call through the trial's gateway."""
+    group = parser.add_argument_group("model (through each trial's gateway)")
+    group.add_argument("--model", metavar="NAME", help="the model name sent upstream")
+    group.add_argument(
+        "--model-url",
+        metavar="URL",
+        help="the upstream's OpenAI base URL, e.g. http://host:8000/v1 (vLLM, SGLang, a router "
+        "or a hosted API)",
+    )
+    group.add_argument(
+        "--model-key-env",
+        default=DEFAULT_KEY_ENV,
+        metavar="VAR",
+        help=f"the host variable holding the upstream's key (default: {DEFAULT_KEY_ENV}); it "
+        "never reaches the sandbox",
+    )
+    group.add_argument("--max-turns", type=int, help="model calls the shell agent may make")
+    group.add_argument("--temperature", type=float)
+    group.add_argument("--top-p", type=float)
+    group.add_argument("--max-tokens", type=int, help="per model call")
+    group.add_argument("--max-model-calls", type=int, help="per trial; past it the agent gets 403")
+    group.add_argument(
+        "--max-model-tokens", type=int, help="prompt plus completion tokens per trial"
+    )
+    group.add_argument(
+        "--token-ids",
+        action="store_true",
+        help="ask the upstream for token ids and logprobs (vLLM) and keep them in trajectories",
+    )
+
+
+def model_of(args: argparse.Namespace) -> ModelConfig | None:
+    """The model settings the options give, or None; a half-given model is an error."""
+    name, url = getattr(args, "model", None), getattr(args, "model_url", None)
+    if name is None and url is None:
+        return None
+    if name is None or url is None:
+        raise ValueError("give both --model NAME and --model-url URL")
+    return ModelConfig(
+        name=name, base_url=url, api_key_env=args.model_key_env, max_turns=args.max_turns,
+        request_token_ids=args.token_ids,
+        sampling=Sampling(temperature=args.temperature, top_p=args.top_p,
+                          max_tokens=args.max_tokens),
+        limits=ModelLimits(max_calls=args.max_model_calls,
+                           max_total_tokens=args.max_model_tokens),
+    )  # fmt: skip
 
 
 def add_base_image_option(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +132,7 @@ def config_of(args: argparse.Namespace) -> TrialConfig:
     config = TrialConfig(
         jobs_dir=getattr(args, "jobs_dir", Path("jobs")),
         keep_containers=getattr(args, "keep_containers", False),
+        model=model_of(args),
     )
     config.base_image_map.update(parse_image_map(args.base_image))
     return config

@@ -13,6 +13,7 @@ from orchestrator.cli.common import (
     EXIT_INFRA,
     add_agent_options,
     add_config_options,
+    add_model_options,
     add_task_options,
     config_of,
     print_error,
@@ -41,6 +42,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--label", help="ground-truth label (JSON or a plain string) for the verifier only"
     )
     run.add_argument("--json", action="store_true", help="print the job result as JSON")
+    add_model_options(run)
     run.set_defaults(handler=handle)
 
 

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.cli.common import add_agent_options, add_config_options, config_of, print_error
+from orchestrator.cli.common import (
+    add_agent_options,
+    add_config_options,
+    add_model_options,
+    config_of,
+    print_error,
+)
 from orchestrator.service.engine import DEFAULT_RETENTION_SEC
 from orchestrator.tasks.task import discover_tasks
 
@@ -67,7 +73,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="build the images of the template task or of every task in --tasks-dir first",
     )
+    parser.add_argument(
+        "--allow-model-url",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="let requests route their model calls to an upstream URL under PREFIX "
+        "(repeatable; the host's model key is sent there)",
+    )
     add_config_options(parser)
+    add_model_options(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -100,6 +115,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         drain_sec=args.drain_sec,
         agents=args.allow_agent,
         task_paths=args.allow_task_paths,
+        model_urls=args.allow_model_url,
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")

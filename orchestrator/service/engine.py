@@ -19,6 +19,7 @@ from pathlib import Path
 
 from orchestrator.common.ids import check_id, new_id, trial_id_for
 from orchestrator.common.offload import run_blocking
+from orchestrator.gateway.server import Gateway
 from orchestrator.sandbox import Backend
 from orchestrator.service.callbacks import CallbackEvent, CallbackPayload, deliver
 from orchestrator.service.rollouts import (
@@ -95,6 +96,7 @@ class TrialEngine:
         self._closed = False
         self._deliveries: set[asyncio.Task[bool]] = set()
         self._mean_trial_sec = 10.0
+        self._gateway: Gateway | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         _engines.add(self)
 
@@ -144,6 +146,21 @@ class TrialEngine:
             agent = self._agents[spec] = parse_agent(spec)
         return task, agent
 
+    def _model_gateway(self) -> Gateway | None:
+        """One gateway serves every rollout of the engine (made when first needed)."""
+        if self.config.model is None:
+            return None
+        if self._gateway is None:
+            self._gateway = Gateway()
+        return self._gateway
+
+    def _check_model(self, request: RolloutRequest) -> None:
+        if request.model is not None and self.config.model is None:
+            raise ValueError(
+                "this engine has no model settings (TrialConfig.model, or --model and "
+                "--model-url): a rollout cannot override them"
+            )
+
     async def submit(
         self,
         request: RolloutRequest,
@@ -158,6 +175,7 @@ class TrialEngine:
         rollout's trial id is derived from its rollout id (`ids.trial_id_for`).
         """
         self._admit(request)
+        self._check_model(request)
         if task is None or agent is None:
             loaded_task, loaded_agent = await self._load(request)
             task, agent = task or loaded_task, agent or loaded_agent
@@ -216,6 +234,7 @@ class TrialEngine:
                     rollout.task, rollout.agent, config=self.config, backend=self.backend,
                     trial_id=rollout.trial_id, job_id=self.job_id,
                     rollout_id=request.rollout_id, session_id=request.session_id,
+                    prompt=request.prompt, model=request.model, gateway=self._model_gateway(),
                     metadata=request.metadata, attempt=rollout.attempt,
                     on_grading=lambda _trial: self._grading(rollout),
                 )  # fmt: skip
@@ -267,6 +286,7 @@ class TrialEngine:
                 rewards=result.rewards, error=result.error.message if result.error else None,
                 error_category=result.error.category if result.error else None,
                 trial_dir=result.trial_dir or None, finished_at=result.finished_at,
+                usage=result.usage, model_limit=result.model_limit,
             ),
         )  # fmt: skip
         if not rollout.done.done():
@@ -355,6 +375,9 @@ class TrialEngine:
             await self.cancel(all=True)
         if self._deliveries:  # callbacks of the last rollouts still go out, within a bound
             await asyncio.wait(set(self._deliveries), timeout=CALLBACK_DRAIN_SEC)
+        if self._gateway is not None:
+            await self._gateway.aclose()
+            self._gateway = None
 
     async def __aenter__(self) -> TrialEngine:
         return self

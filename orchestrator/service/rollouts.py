@@ -9,6 +9,8 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.ids import ROLLOUT_ID_PATTERN
+from orchestrator.gateway.record import Usage
+from orchestrator.gateway.settings import ModelOverride
 from orchestrator.trials.result import TrialStatus
 
 Disposition = Literal["cancelled_queued", "cancelled_running", "not_found"]
@@ -29,6 +31,14 @@ class RolloutRequest(BaseModel):
     agent: str | None = Field(None, description="Agent spec; the engine's default when unset.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="Given to the agent, except `label` (verifier only)."
+    )
+    prompt: str | None = Field(
+        None, description="Replaces the task's instruction.md for this rollout (template mode)."
+    )
+    model: ModelOverride | None = Field(
+        None,
+        description="This rollout's model name, sampling, max_turns or upstream URL, over the "
+        "engine's model settings.",
     )
     session_id: str | None = Field(
         None, max_length=128, description="Scope for a trainer's abort(scope)."
@@ -58,6 +68,8 @@ class RolloutStatus(BaseModel):
     error_category: str | None = None
     trial_dir: str | None = None
     finished_at: datetime | None = None
+    usage: Usage | None = Field(None, description="Model calls and tokens, once finished.")
+    model_limit: str | None = None
 
 
 class CancelRequest(BaseModel):

@@ -1,6 +1,7 @@
 """`trialbox serve`: the rollout engine over HTTP (FastAPI; install the `serve` extra).
 
-POST /rollouts answers 202 or 429 with Retry-After; GET /rollouts/{id} is the status document;
+POST /rollouts answers 202 or 429 with Retry-After; GET /rollouts/{id} is the status document
+(with model usage); GET /rollouts/{id}/trajectory the finished rollout's ATIF trajectory;
 POST /rollouts/cancel takes exactly one selector; GET /healthz. On shutdown the server stops
 accepting, drains for a bounded time, then host-aborts what is left.
 """
@@ -8,6 +9,7 @@ accepting, drains for a bounded time, then host-aborts what is left.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Collection, Sequence
@@ -15,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
+import aiofiles
 from fastapi import FastAPI, Header, HTTPException
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
@@ -53,12 +56,15 @@ def create_app(
     drain_sec: float = 30.0,
     agents: Collection[str] = (),
     task_paths: bool = False,
+    model_urls: Collection[str] = (),
 ) -> FastAPI:
     """An app serving `engine`. `admin_token` (stripped) guards cancel-all.
 
     A request may pick the engine's default agent or one listed in `agents`, and a task
     folder by path only when `task_paths` is set: otherwise a client could make the server
-    read any host path (a task folder, a workflow file) into a sandbox.
+    read any host path (a task folder, a workflow file) into a sandbox. A request may route
+    its model calls to another upstream only under a prefix in `model_urls`: the gateway
+    sends the host's model key there.
     """
     token = admin_token.strip() if admin_token and admin_token.strip() else None
     allowed_agents = {engine.default_agent, *agents}
@@ -71,6 +77,13 @@ def create_app(
         if request.task is not None and not task_paths:
             raise HTTPException(
                 422, "this server takes task_id (dataset mode) or its template task, not task paths"
+            )
+        url = request.model.base_url if request.model is not None else None
+        if url is not None and not any(url.startswith(prefix) for prefix in model_urls):
+            raise HTTPException(
+                422,
+                f"model.base_url {url!r} is not allowed here (the server sends its model key "
+                "there); start the server with --allow-model-url PREFIX",
             )
 
     @asynccontextmanager
@@ -109,6 +122,23 @@ def create_app(
         rollout_id: Annotated[str, PathParam(pattern=ROLLOUT_ID_PATTERN)],
     ) -> RolloutStatus:
         return engine.status(rollout_id)
+
+    @app.get("/rollouts/{rollout_id}/trajectory")
+    async def trajectory(
+        rollout_id: Annotated[str, PathParam(pattern=ROLLOUT_ID_PATTERN)],
+    ) -> Any:
+        """The rollout's ATIF trajectory (with token ids when the upstream gave them)."""
+        found = engine.status(rollout_id)
+        if found.status == "unknown":
+            raise HTTPException(404, f"rollout {rollout_id!r} is not known (or past retention)")
+        if found.finished_at is None or not found.trial_dir:
+            raise HTTPException(409, f"rollout {rollout_id!r} is {found.status}; not finished")
+        path = Path(found.trial_dir) / "logs" / "agent" / "trajectory.json"
+        try:
+            async with aiofiles.open(path, encoding="utf-8") as handle:
+                return JSONResponse(json.loads(await handle.read()))
+        except FileNotFoundError as exc:
+            raise HTTPException(404, f"rollout {rollout_id!r} has no trajectory") from exc
 
     @app.post("/rollouts/cancel")
     async def cancel(

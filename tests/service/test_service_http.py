@@ -198,6 +198,8 @@ async def test_an_unknown_id_is_unknown(make_engine: MakeEngine) -> None:
             "error_category": None,
             "trial_dir": None,
             "finished_at": None,
+            "usage": None,
+            "model_limit": None,
         }
 
 
