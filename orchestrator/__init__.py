@@ -22,6 +22,8 @@ from orchestrator.common.errors import (
     TrialboxError,
 )
 from orchestrator.common.limits import Limits
+from orchestrator.gateway.record import Usage
+from orchestrator.gateway.settings import ModelConfig, ModelLimits, ModelOverride, Sampling
 from orchestrator.sandbox import Backend, Capabilities, ExecResult, Sandbox, SandboxSpec
 from orchestrator.service.abort import abort
 from orchestrator.service.engine import TrialEngine
@@ -63,12 +65,16 @@ __all__ = [
     "ImageBuildError",
     "JobResult",
     "Limits",
+    "ModelConfig",
+    "ModelLimits",
+    "ModelOverride",
     "PrewarmError",
     "PrewarmRow",
     "QueueFull",
     "RewardFileError",
     "RolloutRequest",
     "RolloutStatus",
+    "Sampling",
     "Sandbox",
     "SandboxError",
     "SandboxSpec",
@@ -80,6 +86,7 @@ __all__ = [
     "TrialError",
     "TrialResult",
     "TrialboxError",
+    "Usage",
     "abort",
     "load_task",
     "prewarm",

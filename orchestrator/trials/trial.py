@@ -47,6 +47,7 @@ from relay import Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
 AGENT_STDERR = f"{paths.AGENT_DIR}/stderr.txt"
+INSTRUCTION = f"{paths.AGENT_DIR}/instruction.md"  # for CLI agents that take a file
 
 
 def _now() -> datetime:
@@ -155,7 +156,10 @@ class Trial:
         # /logs and /logs/verifier are root's: an agent running as another user can write
         # only its own folders, and cannot swap the verifier's folder for one of its own.
         skeleton = tar_of_files(
-            {paths.CONTAINER_INPUT.lstrip("/"): container_input.model_dump_json().encode()},
+            {
+                paths.CONTAINER_INPUT.lstrip("/"): container_input.model_dump_json().encode(),
+                INSTRUCTION.lstrip("/"): container_input.instruction.encode(),
+            },
             dirs={
                 paths.LOGS_DIR.lstrip("/"): 0o755,
                 paths.AGENT_DIR.lstrip("/"): 0o777,

@@ -26,6 +26,7 @@ def test_examples_load_with_their_settings() -> None:
     assert task.instruction.startswith("Create the file `/app/hello.txt`")
     assert [t.name for t in discover_tasks(REPO_ROOT / "examples")] == [
         "hello-oracle",
+        "hello-shell",
         "service-left-running",
         "sum-workflow",
     ]

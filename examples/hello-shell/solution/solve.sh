@@ -1,0 +1,2 @@
+#!/bin/sh
+echo "hello, world" > /app/greeting.txt
