@@ -1,4 +1,4 @@
-"""Command line: ``python -m container_runtime agent|grade``; exits with the runner's code."""
+"""Command line: ``python -m container_runtime agent|forward|grade|shell``; exits with its code."""
 
 from __future__ import annotations
 
@@ -19,10 +19,22 @@ Run user code inside a trialbox task container.
   grade  --grader module:Class     run a Grader (label in /tests/label.json, trajectory in
                                    /logs/agent/trajectory.json); writes
                                    /logs/verifier/reward.json only if it set a reward
+  shell                            the built-in agent: a tool-calling loop with one tool,
+                                   bash(command), run from the working directory; writes
+                                   /logs/agent/trajectory.json and a line per turn to stdout
 
 Modules are imported with the working directory first on sys.path. The roots /logs and
-/tests can be moved with TRIALBOX_LOGS_DIR and TRIALBOX_TESTS_DIR. Exit code: 0 on success,
-1 otherwise."""
+/tests can be moved with TRIALBOX_LOGS_DIR and TRIALBOX_TESTS_DIR. Exit code of agent and
+grade: 0 on success, 1 otherwise.
+
+The shell agent calls OPENAI_BASE_URL + /chat/completions (else the input's
+chat_completions_url) with the key in OPENAI_API_KEY and the model TRIALBOX_MODEL (else the
+input's model), sending the input's sampling settings. Each command runs in a new bash (or
+sh) with stdout and stderr merged and cut to 16 KiB; it is killed with its process group
+after TRIALBOX_SHELL_TIMEOUT_SEC (default 60 s). 5xx answers and connection errors are
+retried 3 times, 4xx never. It stops after the input's max_turns model calls (default 30),
+near agent_timeout_sec, and on SIGTERM. Exit code: 0 the model was done, 1 a model error,
+2 max_turns reached, 3 the deadline or SIGTERM."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     forward.add_argument("--daemon", action="store_true", help="detach once listening")
     grade = commands.add_parser("grade", help="run a grader and write reward.json")
     grade.add_argument("--grader", required=True, metavar="module:Class", help="a Grader subclass")
+    commands.add_parser("shell", help="run the built-in bash tool-calling agent")
     return parser
 
 
@@ -49,6 +62,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "agent":
         return agent_main(args.workflow)
+    if args.command == "shell":
+        from container_runtime.shell_agent import main as shell_main
+
+        return shell_main()
     if args.command == "forward":
         from container_runtime.forward import forward_main
 
