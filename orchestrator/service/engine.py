@@ -146,6 +146,11 @@ class TrialEngine:
             agent = self._agents[spec] = parse_agent(spec)
         return task, agent
 
+    @property
+    def gateway(self) -> Gateway | None:
+        """The model gateway of this engine's rollouts, once one was needed."""
+        return self._gateway
+
     def _model_gateway(self) -> Gateway | None:
         """One gateway serves every rollout of the engine (made when first needed)."""
         if self.config.model is None:

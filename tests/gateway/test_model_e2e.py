@@ -1,0 +1,221 @@
+"""LLM agents end to end, in real containers with no network, through the model gateway.
+
+The upstream is the scripted OpenAI-compatible stand-in on 127.0.0.1: the same code paths a
+user runs against vLLM, SGLang or a hosted API (gateway, forwarder, agent, trajectory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import pytest
+
+from container_runtime import messages_from_trajectory
+from container_runtime.atif import validate_trajectory
+from orchestrator import (
+    ModelConfig,
+    ModelLimits,
+    RolloutRequest,
+    TrialConfig,
+    TrialEngine,
+    TrialResult,
+    run_job,
+    run_trial,
+)
+from orchestrator.service.server import create_app
+from tests.conftest import EXAMPLES
+from tests.support.standin import Reply, StandIn, shell_solver
+
+pytestmark = pytest.mark.docker
+
+SHELL_TASK = EXAMPLES / "hello-shell"
+UPSTREAM_KEY = "sk-upstream-e2e-7f3a9c1d5b"
+SOLVE = ["echo 'hello, world' > /app/greeting.txt", "cat /app/greeting.txt"]
+
+
+def with_model(config: TrialConfig, upstream: StandIn, **fields: Any) -> TrialConfig:
+    model = ModelConfig(
+        name="policy-under-test", base_url=upstream.base_url, api_key=UPSTREAM_KEY, **fields
+    )
+    return config.model_copy(update={"model": model})
+
+
+def agent_file(result: TrialResult, name: str) -> Path:
+    return Path(result.trial_dir) / "logs" / "agent" / name
+
+
+async def test_the_shell_agent_solves_a_task_with_no_network_through_the_gateway(
+    config: TrialConfig,
+) -> None:
+    async with StandIn(shell_solver(SOLVE, "done")) as upstream:
+        result = await run_trial(
+            SHELL_TASK, "shell", config=with_model(config, upstream, request_token_ids=True)
+        )
+    assert (result.status, result.reward, result.error) == ("success", 1.0, None)
+    assert result.usage is not None and result.usage.calls == 3
+    assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
+    requests = upstream.chat_requests()
+    assert len(requests) == 3
+    for request in requests:  # the host's key and the rollout's tag, on every call
+        assert request.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
+        assert request.headers["x-trialbox-rollout"] == result.trial_id
+        assert request.body["user"] == result.trial_id
+        assert request.body["model"] == "policy-under-test"
+    doc = json.loads(agent_file(result, "trajectory.json").read_text())
+    trajectory = validate_trajectory(doc)
+    agent_steps = [s for s in trajectory.steps if s.source == "agent"]
+    assert len(agent_steps) == 3
+    first = agent_steps[0]
+    assert first.tool_calls and first.tool_calls[0].arguments == {"command": SOLVE[0]}
+    assert first.metrics is not None and first.metrics.completion_token_ids
+    assert first.metrics.prompt_token_ids and first.metrics.logprobs
+    messages = messages_from_trajectory(doc)
+    assert [m["role"] for m in messages].count("tool") == 2
+    record = json.loads(agent_file(result, "gateway.json").read_text())
+    assert [e["status_code"] for e in record["exchanges"]] == [200, 200, 200]
+
+
+async def test_the_sandbox_never_sees_the_upstream_key(
+    config: TrialConfig, docker_client: docker.DockerClient
+) -> None:
+    """Environment, files, /proc and `docker inspect`: the key is nowhere in the sandbox."""
+    probe = (
+        "command:set -u; env > /logs/agent/env.txt; "
+        "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' > /logs/agent/proc-env.txt; "
+        f"grep -rl '{UPSTREAM_KEY}' / --exclude-dir=proc --exclude-dir=sys "
+        "> /logs/agent/grep.txt 2>/dev/null; echo grep-exit=$? >> /logs/agent/grep.txt"
+    )
+    kept = config.model_copy(update={"keep_containers": True})
+    async with StandIn() as upstream:
+        result = await run_trial(SHELL_TASK, probe, config=with_model(kept, upstream))
+    try:
+        container = docker_client.containers.get(f"trialbox-{result.trial_id}")
+        inspected = json.dumps(container.attrs)
+    finally:
+        docker_client.containers.get(f"trialbox-{result.trial_id}").remove(force=True)
+    env = agent_file(result, "env.txt").read_text()
+    # the agent held the slot's token, itself scrubbed from what was collected
+    assert "OPENAI_API_KEY=[redacted]" in env and "OPENAI_BASE_URL=http://127.0.0.1:" in env
+    assert UPSTREAM_KEY not in env
+    assert UPSTREAM_KEY not in agent_file(result, "proc-env.txt").read_text()
+    assert agent_file(result, "grep.txt").read_text().strip() == "grep-exit=1"  # no file has it
+    assert UPSTREAM_KEY not in inspected
+    everything = "".join(
+        p.read_text(errors="replace") for p in Path(result.trial_dir).rglob("*.json")
+    )
+    assert UPSTREAM_KEY not in everything
+
+
+async def test_an_upstream_error_reaches_the_agent_and_the_trial_ends_cleanly(
+    config: TrialConfig,
+) -> None:
+    async with StandIn(Reply(status=400, error_message="context too long")) as upstream:
+        result = await run_trial(SHELL_TASK, "shell", config=with_model(config, upstream))
+    assert (result.status, result.reward, result.error) == ("success", 0.0, None)  # scored
+    assert result.agent.termination == "exited" and result.agent.exit_code == 1
+    assert "HTTP 400" in agent_file(result, "stderr.txt").read_text()
+    record = json.loads(agent_file(result, "gateway.json").read_text())
+    assert [e["status_code"] for e in record["exchanges"]] == [400]
+
+
+async def test_an_upstream_that_does_not_answer_in_time_is_a_504_to_the_agent(
+    config: TrialConfig,
+) -> None:
+    async with StandIn(Reply(hang=True)) as upstream:
+        quick = with_model(config, upstream, upstream_timeout_sec=1.0)
+        agent = (
+            'command:/opt/trialbox/venv/bin/python -c "import os, urllib.request, urllib.error\n'
+            "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', "
+            "data=b'{\\\"messages\\\": []}', headers={'Authorization': 'Bearer ' + "
+            "os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'})\n"
+            "try: urllib.request.urlopen(req)\n"
+            "except urllib.error.HTTPError as e: print('status', e.code)\""
+        )
+        result = await run_trial(SHELL_TASK, agent, config=quick)
+    assert agent_file(result, "stdout.txt").read_text().strip() == "status 504"
+    assert (result.status, result.reward) == ("success", 0.0)
+    assert result.agent.termination == "exited"
+    record = json.loads(agent_file(result, "gateway.json").read_text())
+    assert record["exchanges"][0]["status_code"] == 504
+
+
+@pytest.mark.parametrize(
+    ("limits", "reached"),
+    [(ModelLimits(max_calls=1), "calls"), (ModelLimits(max_total_tokens=5), "tokens")],
+)
+async def test_a_model_limit_stops_the_agent_and_the_result_names_it(
+    config: TrialConfig, limits: ModelLimits, reached: str
+) -> None:
+    async with StandIn(shell_solver(["true", *SOLVE], "done")) as upstream:
+        result = await run_trial(
+            SHELL_TASK, "shell", config=with_model(config, upstream, limits=limits)
+        )
+    assert result.model_limit == reached
+    assert result.usage is not None and result.usage.calls == 1
+    assert result.agent.exit_code == 1  # the 403 ended the shell agent
+    assert "HTTP 403" in agent_file(result, "stderr.txt").read_text()
+    assert result.reward == 0.0  # greeting never written: verified, scored, counted
+
+
+async def test_a_cancelled_trial_closes_its_gateway_slot(config: TrialConfig) -> None:
+    async with StandIn(Reply(hang=True)) as upstream:
+        engine = TrialEngine(config=with_model(config, upstream), task=SHELL_TASK, agent="shell")
+        async with engine:
+            await engine.submit(RolloutRequest(rollout_id="gw-cancel"))
+            await upstream.wait_for_requests(1, wait_sec=60)
+            gateway = engine.gateway
+            assert gateway is not None and any(gateway.root.iterdir())  # the slot's folder
+            assert await engine.cancel(ids=["gw-cancel"]) == {"gw-cancel": "cancelled_running"}
+            assert engine.status("gw-cancel").status == "cancelled"
+            assert list(gateway.root.iterdir()) == []  # socket and folder gone
+        assert not gateway.root.exists()
+
+
+async def test_concurrent_trials_never_mix_their_records(config: TrialConfig) -> None:
+    async with StandIn(shell_solver(SOLVE, "done")) as upstream:
+        job = await run_job(
+            [SHELL_TASK, SHELL_TASK, SHELL_TASK], "shell", n_concurrent=3,
+            config=with_model(config, upstream),
+        )  # fmt: skip
+    assert [t.status for t in job.trials] == ["success"] * 3
+    for trial in job.trials:
+        record = json.loads(agent_file(trial, "gateway.json").read_text())
+        assert record["rollout_id"] == trial.rollout_id
+        users = {e["request"]["user"] for e in record["exchanges"]}
+        assert users == {trial.rollout_id}
+        assert len(record["exchanges"]) == 3
+
+
+async def test_the_server_returns_a_rollouts_usage_and_trajectory(config: TrialConfig) -> None:
+    async with StandIn(shell_solver(SOLVE, "done")) as upstream:
+        engine = TrialEngine(config=with_model(config, upstream), task=SHELL_TASK, agent="shell")
+        app = create_app(engine)
+        transport = httpx.ASGITransport(app=app)
+        async with engine, httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            posted = await client.post("/rollouts", json={"rollout_id": "gw:http-1"})
+            assert posted.status_code == 202, posted.text
+            early = await client.get("/rollouts/gw:http-1/trajectory")
+            assert early.status_code == 409
+            status = await _until_final(client, "gw:http-1")
+            assert status["status"] == "success" and status["reward"] == 1.0
+            assert status["usage"]["calls"] == 3 and status["model_limit"] is None
+            got = await client.get("/rollouts/gw:http-1/trajectory")
+            assert got.status_code == 200
+            trajectory = validate_trajectory(got.json())
+            assert trajectory.session_id == status["trial_dir"].rsplit("/", 1)[-1]
+
+
+async def _until_final(client: httpx.AsyncClient, rollout_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        doc = (await client.get(f"/rollouts/{rollout_id}")).json()
+        if doc["finished_at"] is not None:
+            return doc
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{rollout_id} did not finish")
