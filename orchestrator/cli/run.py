@@ -79,6 +79,10 @@ def _totals(job: JobResult) -> str:
     if job.mean_reward is not None:
         parts.append(f"mean reward {job.mean_reward:.3f}")
     parts += [f"pass@{k} {v:.3f}" for k, v in job.pass_at_k.items()]
+    used = [t.usage for t in job.trials if t.usage is not None]
+    if used:
+        tokens = sum(u.prompt_tokens + u.completion_tokens for u in used)
+        parts.append(f"{sum(u.calls for u in used)} model calls, {tokens} tokens")
     return ", ".join(parts) + f"\nresults in {job.job_dir}"
 
 

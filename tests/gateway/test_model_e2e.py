@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +32,8 @@ from orchestrator import (
     run_trial,
 )
 from orchestrator.service.server import create_app
-from tests.conftest import EXAMPLES
-from tests.support.standin import Reply, StandIn, shell_solver
+from tests.conftest import BASE_IMAGE, EXAMPLES, OFFICIAL_IMAGE, REPO_ROOT
+from tests.support.standin import Reply, StandIn, StandInThread, shell_solver
 
 pytestmark = pytest.mark.docker
 
@@ -219,3 +222,28 @@ async def _until_final(client: httpx.AsyncClient, rollout_id: str) -> dict[str, 
             return doc
         await asyncio.sleep(0.1)
     raise AssertionError(f"{rollout_id} did not finish")
+
+
+def test_trialbox_run_scores_a_task_with_the_shell_agent_and_a_model_url(tmp_path: Path) -> None:
+    """The issue's done-criterion, as a user types it: `trialbox run TASK --agent shell
+    --model M --model-url URL`, the key from the host's OPENAI_API_KEY."""
+    with StandInThread(shell_solver(SOLVE, "done")) as upstream:
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "orchestrator.cli", "run", str(SHELL_TASK),
+                "--agent", "shell", "--model", "policy-cli", "--model-url", upstream.base_url,
+                "--max-turns", "5", "--temperature", "0.5", "--json",
+                "--jobs-dir", str(tmp_path / "jobs"),
+                "--base-image", f"{OFFICIAL_IMAGE}={BASE_IMAGE}",
+            ],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+            stdin=subprocess.DEVNULL, env={**os.environ, "OPENAI_API_KEY": UPSTREAM_KEY},
+        )  # fmt: skip
+        requests = upstream.chat_requests()
+    assert done.returncode == 0, done.stderr[-2000:]
+    job = json.loads(done.stdout)
+    (trial,) = job["trials"]
+    assert (trial["status"], trial["reward"], trial["usage"]["calls"]) == ("success", 1.0, 3)
+    assert {r.headers["authorization"] for r in requests} == {f"Bearer {UPSTREAM_KEY}"}
+    assert {r.body["temperature"] for r in requests} == {0.5}
+    assert UPSTREAM_KEY not in done.stdout + done.stderr
