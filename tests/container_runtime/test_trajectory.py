@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from container_runtime import paths
-from container_runtime.trajectory import load_messages, messages_from_trajectory, write_trajectory
+from container_runtime import __version__, paths
+from container_runtime.atif import validate_trajectory
+from container_runtime.trajectory import (
+    SCHEMA_VERSION,
+    load_messages,
+    messages_from_trajectory,
+    write_trajectory,
+)
 
 MESSAGES = [
     {"role": "system", "content": "You are helpful."},
@@ -35,18 +42,47 @@ def test_messages_wrapper() -> None:
     assert messages_from_trajectory({"messages": MESSAGES}) == MESSAGES
 
 
-def test_atif_steps_map_sources_and_skip_steps_without_message() -> None:
+def test_atif_steps_map_sources_tool_calls_and_observations() -> None:
     doc = {
-        "schema_version": "ATIF-v1",
+        "schema_version": "ATIF-v1.7",
+        "session_id": "s-1",
+        "agent": {"name": "other-agent", "version": "2.0"},
         "steps": [
             {"step_id": 1, "source": "system", "message": "You are helpful."},
             {"step_id": 2, "source": "user", "message": "What is 2+2?"},
-            {"step_id": 3, "source": "agent", "tool_calls": [{"name": "calc"}]},
-            {"step_id": 4, "source": "agent", "message": None},
-            {"step_id": 5, "source": "agent", "message": "4"},
+            {
+                "step_id": 3,
+                "source": "agent",
+                "message": "",
+                "tool_calls": [
+                    {"tool_call_id": "c1", "function_name": "calc", "arguments": {"x": "2+2"}}
+                ],
+                "observation": {"results": [{"source_call_id": "c1", "content": "4"}]},
+            },
+            {"step_id": 4, "source": "agent", "message": "4"},
         ],
     }
-    assert messages_from_trajectory(doc) == MESSAGES
+    assert messages_from_trajectory(doc) == [
+        *MESSAGES[:2],
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "calc", "arguments": '{"x": "2+2"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "4"},
+        MESSAGES[2],
+    ]
+
+
+def test_atif_steps_are_read_without_the_root_metadata() -> None:
+    steps = [{"step_id": 1, "source": "agent", "message": "4"}]
+    assert messages_from_trajectory({"steps": steps}) == [{"role": "assistant", "content": "4"}]
 
 
 @pytest.mark.parametrize(
@@ -60,6 +96,8 @@ def test_atif_steps_map_sources_and_skip_steps_without_message() -> None:
         [{"content": "no role"}],
         {"messages": "nope"},
         {"steps": [{"source": "robot", "message": "hi"}]},
+        {"steps": [{"step_id": 1, "source": "user"}]},
+        {"steps": [{"step_id": 1, "source": "user", "message": "hi", "metrics": {}}]},
         {"steps": "nope"},
     ],
 )
@@ -68,11 +106,14 @@ def test_anything_else_is_refused(doc: object) -> None:
         messages_from_trajectory(doc)
 
 
-def test_write_trajectory_writes_atif(roots: Path) -> None:
-    target = write_trajectory(MESSAGES)
+def test_write_trajectory_writes_valid_atif(roots: Path) -> None:
+    target = write_trajectory(MESSAGES, model_name="m-1", session_id="trial-1")
     assert target == paths.trajectory_path()
     doc = json.loads(target.read_text())
-    assert doc["schema_version"] == "ATIF-v1"
+    validate_trajectory(doc)
+    assert doc["schema_version"] == SCHEMA_VERSION == "ATIF-v1.7"
+    assert doc["session_id"] == "trial-1"
+    assert doc["agent"] == {"name": "trialbox", "version": __version__, "model_name": "m-1"}
     assert [(s["step_id"], s["source"], s["message"]) for s in doc["steps"]] == [
         (1, "system", "You are helpful."),
         (2, "user", "What is 2+2?"),
@@ -80,14 +121,52 @@ def test_write_trajectory_writes_atif(roots: Path) -> None:
     ]
 
 
+def test_write_trajectory_defaults_a_fresh_session_id(tmp_path: Path) -> None:
+    first = json.loads(write_trajectory(MESSAGES, tmp_path / "a.json").read_text())
+    second = json.loads(write_trajectory(MESSAGES, tmp_path / "b.json").read_text())
+    assert first["session_id"] and first["session_id"] != second["session_id"]
+
+
 def test_round_trip_through_file(roots: Path) -> None:
     write_trajectory(MESSAGES)
     assert load_messages(paths.trajectory_path()) == MESSAGES
 
 
-def test_write_trajectory_refuses_roles_atif_cannot_hold(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="'tool'"):
-        write_trajectory([{"role": "tool", "content": "x"}], tmp_path / "t.json")
+def test_tool_messages_become_the_observation_of_their_call(tmp_path: Path) -> None:
+    messages = [
+        {"role": "user", "content": "list files"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+        {"role": "assistant", "content": "a.txt"},
+    ]
+    doc = json.loads(write_trajectory(messages, tmp_path / "t.json").read_text())
+    assert [s["source"] for s in doc["steps"]] == ["user", "agent", "agent"]
+    assert doc["steps"][1]["observation"] == {
+        "results": [{"source_call_id": "c1", "content": "a.txt"}]
+    }
+    assert load_messages(tmp_path / "t.json") == messages
+
+
+@pytest.mark.parametrize(
+    ("messages", "problem"),
+    [
+        ([{"role": "tool", "content": "x"}], "tool message answering tool call None"),
+        ([{"role": "tool", "tool_call_id": "c9", "content": "x"}], "'c9'"),
+        ([{"role": "robot", "content": "x"}], "role 'robot'"),
+        ([], "steps"),
+    ],
+)
+def test_write_trajectory_refuses_what_atif_cannot_hold(
+    tmp_path: Path, messages: list, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        write_trajectory(messages, tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
 
 
