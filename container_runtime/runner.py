@@ -155,8 +155,9 @@ def _jsonable(output: Any) -> Any:
 def _save_messages(messages: List[Any]) -> None:
     """Save the trajectory without ever failing the run for it.
 
-    Messages ATIF-v1 cannot express (tool roles, ...) are kept as a plain messages list,
-    which readers accept too; only an unwritable list is dropped, with a note on stderr.
+    Messages ATIF cannot express (a tool result that answers no call, an unknown role) are
+    kept as a plain messages list, which readers accept too; only an unwritable list is
+    dropped, with a note on stderr.
     """
     try:
         write_trajectory(messages)

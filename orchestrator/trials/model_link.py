@@ -23,6 +23,7 @@ from orchestrator.gateway.record import GatewayRecord
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelConfig
 from orchestrator.gateway.slot import SOCKET_NAME, Slot
+from orchestrator.gateway.trajectory import trajectory_from_record
 from orchestrator.sandbox import Capabilities, Mount, Sandbox
 
 GATEWAY_DIR = "/run/trialbox-gateway"
@@ -112,14 +113,13 @@ class ModelLink:
             return
         await run_blocking(agent_dir.mkdir, parents=True, exist_ok=True)
         await _write(agent_dir / "gateway.json", record.model_dump_json(indent=2))
-        if not any(e.path.endswith("/chat/completions") for e in record.exchanges):
-            return
+        try:
+            doc = trajectory_from_record(record, agent_name=agent_name, agent_version=agent_version)
+        except ValueError:
+            return  # no chat completion succeeded: nothing to make a trajectory of
         own = agent_dir / "trajectory.json"
         if await run_blocking(own.is_file):
             await run_blocking(own.replace, agent_dir / "trajectory.agent.json")
-        from orchestrator.gateway.trajectory import trajectory_from_record
-
-        doc = trajectory_from_record(record, agent_name=agent_name, agent_version=agent_version)
         await _write(own, json.dumps(doc, indent=2))
 
 
