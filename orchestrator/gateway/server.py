@@ -20,6 +20,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,29 @@ CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 ROLLOUT_HEADER = "X-Trialbox-Rollout"
 RAW_CAP = 64 * 1024
+MAX_BODY_BYTES = 256 * 1024 * 1024  # long contexts and images: aiohttp's default is 1 MiB
+# Never forwarded from the agent: the connection's own, and what the gateway sets itself.
+_OWN_HEADERS = {
+    "host", "authorization", "content-length", "connection", "keep-alive",
+    "transfer-encoding", "te", "upgrade", "proxy-authorization", "accept-encoding",
+    ROLLOUT_HEADER.lower(),
+}  # fmt: skip
 CLOSE_WITHIN_SEC = 2.0
 
 
 def _error(status: int, message: str, kind: str, code: str | None = None) -> web.Response:
     body = {"error": {"message": message, "type": kind, "code": code}}
     return web.json_response(body, status=status)
+
+
+def _large_requests(
+    message: Any, payload: Any, protocol: Any, writer: Any, task: Any, **_: Any
+) -> web.BaseRequest:
+    """Requests of a slot: bodies up to MAX_BODY_BYTES (see `web.Server`'s factory)."""
+    loop = asyncio.get_running_loop()
+    return web.BaseRequest(
+        message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY_BYTES
+    )
 
 
 def _tokens(answer: Any) -> tuple[int, int]:
@@ -65,7 +83,9 @@ class Gateway:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+            # Answers come back uncompressed (we ask for identity and decode anything else),
+            # so the agent always gets plain bytes and the record can read them.
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     # -- slots ---------------------------------------------------------------------------------
@@ -75,7 +95,9 @@ class Gateway:
         folder = self.root / secrets.token_hex(6)
         folder.mkdir(mode=0o755)
         slot = Slot(folder, trial_id=trial_id, rollout_id=rollout_id, model=model)
-        handler = web.Server(lambda request: self._handle(slot, request))
+        handler = web.Server(
+            lambda request: self._handle(slot, request), request_factory=_large_requests
+        )
         loop = asyncio.get_running_loop()
         server = await loop.create_unix_server(handler, path=str(slot.socket_path))
         slot.socket_path.chmod(0o666)  # whoever the forwarder in the sandbox runs as
@@ -133,11 +155,13 @@ class Gateway:
         )  # fmt: skip
         started = time.monotonic()
         try:
-            response = await self._exchange(slot, request, path, exchange)
+            return await self._exchange(slot, request, path, exchange)
+        except asyncio.CancelledError:
+            exchange.error = exchange.error or "cut off: the trial's slot was closed"
+            raise
         finally:
             exchange.latency_sec = time.monotonic() - started
-            slot.add(exchange)
-        return response
+            slot.add(exchange, admitted=exchange.limit is None and exchange.request is not None)
 
     async def _exchange(
         self, slot: Slot, request: web.BaseRequest, path: str, exchange: Exchange
@@ -149,15 +173,21 @@ class Gateway:
             why = "the agent's phase is over" if refused == "closed" else slot.describe(refused)
             exchange.error = why
             return _error(403, f"trialbox: {why}", "trialbox_limit", refused)
-        raw = await request.read()
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            exchange.status_code, exchange.error = 413, f"request body too large: {exc.text}"
+            return _error(413, exchange.error, "invalid_request_error")
         if request.method == "POST" and path == CHAT_PATH:
             return await self._chat(slot, request, raw, exchange)
         return await self._passthrough(slot, request, path, raw, exchange)
 
-    def _upstream_headers(self, slot: Slot, content_type: str | None) -> dict[str, str]:
-        headers = {ROLLOUT_HEADER: slot.tag}
-        if content_type:
-            headers["Content-Type"] = content_type
+    def _upstream_headers(
+        self, slot: Slot, agent_headers: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        headers = {k: v for k, v in (agent_headers or {}).items() if k.lower() not in _OWN_HEADERS}
+        headers[ROLLOUT_HEADER] = slot.tag
+        headers["Accept-Encoding"] = "identity"
         if slot.model.api_key is not None:
             headers["Authorization"] = f"Bearer {slot.model.api_key.get_secret_value()}"
         return headers
@@ -193,11 +223,12 @@ class Gateway:
             return _error(400, exchange.error, "invalid_request_error")
         body = self._prepared(slot, body)
         exchange.request = body
+        slot.admit()
         exchange.streamed = bool(body.get("stream"))
         url = f"{slot.model.base_url}/chat/completions"
         try:
             async with self._client().post(
-                url, json=body, headers=self._upstream_headers(slot, None),
+                url, json=body, headers=self._upstream_headers(slot),
                 timeout=self._timeout(slot),
             ) as upstream:  # fmt: skip
                 if exchange.streamed and upstream.status == 200:
@@ -229,6 +260,9 @@ class Gateway:
             await out.write_eof()
         except (aiohttp.ClientError, TimeoutError, ConnectionResetError) as exc:
             exchange.error = f"the stream broke off: {type(exc).__name__}: {exc}"
+            # The agent's stream is cut too, not ended as if it were complete: aiohttp drops
+            # the connection (quietly) when a handler raises this after the answer started.
+            raise ConnectionResetError(exchange.error) from exc
         finally:
             exchange.response = assembler.result()
             exchange.prompt_tokens, exchange.completion_tokens = _tokens(exchange.response)
@@ -240,12 +274,13 @@ class Gateway:
         """Other paths (/v1/responses, /v1/messages, ...) go upstream as they are, recorded
         raw: the gateway adds the key and the tag and keeps the limits, nothing more."""
         exchange.request = raw[:RAW_CAP].decode("utf-8", errors="replace")
+        slot.admit()
         suffix = path.removeprefix("/v1")
         url = f"{slot.model.base_url}{suffix}"
         try:
             async with self._client().request(
                 request.method, url, data=raw, params=request.query,
-                headers=self._upstream_headers(slot, request.headers.get("Content-Type")),
+                headers=self._upstream_headers(slot, request.headers),
                 timeout=self._timeout(slot),
             ) as upstream:  # fmt: skip
                 data = await upstream.read()

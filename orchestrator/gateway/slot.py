@@ -33,6 +33,7 @@ class Slot:
         self.record = GatewayRecord(trial_id=trial_id, rollout_id=rollout_id, model=model.name)
         self._deadline: float | None = None
         self._arrivals = 0
+        self._in_flight = 0
         self.closed = False
 
     @property
@@ -57,8 +58,8 @@ class Slot:
         remaining = self.remaining_sec()
         if remaining is not None and remaining <= 0:
             return "deadline"
-        if limits.max_calls is not None and usage.calls >= limits.max_calls:
-            return "calls"
+        if limits.max_calls is not None and usage.calls + self._in_flight >= limits.max_calls:
+            return "calls"  # calls still in flight count: concurrent calls cannot overshoot
         if limits.max_total_tokens is not None and usage.total_tokens >= limits.max_total_tokens:
             return "tokens"
         return None
@@ -71,7 +72,13 @@ class Slot:
             "tokens": f"the trial's limit of {limits.max_total_tokens} tokens is reached",
         }[limit]
 
-    def add(self, exchange: Exchange) -> None:
+    def admit(self) -> None:
+        """A request passed the limits and goes upstream: it holds a call until `add`."""
+        self._in_flight += 1
+
+    def add(self, exchange: Exchange, *, admitted: bool = False) -> None:
+        if admitted:
+            self._in_flight -= 1
         record = self.record
         record.exchanges.append(exchange)
         record.exchanges.sort(key=lambda e: e.index)  # concurrent calls finish out of order

@@ -8,6 +8,7 @@ chunks into one answer: content and reasoning concatenated, tool-call deltas mer
 
 from __future__ import annotations
 
+import codecs
 import json
 from typing import Any
 
@@ -17,6 +18,8 @@ class ChunkAssembler:
 
     def __init__(self) -> None:
         self._pending = ""
+        # A multi-byte character may be split across two network reads.
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._head: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
         self._usage: dict[str, Any] | None = None
@@ -25,7 +28,7 @@ class ChunkAssembler:
 
     def feed(self, data: bytes) -> None:
         """Take raw bytes from the stream; complete lines are parsed, the rest kept."""
-        self._pending += data.decode("utf-8", errors="replace")
+        self._pending += self._decoder.decode(data)
         *lines, self._pending = self._pending.split("\n")
         for line in lines:
             self._line(line.strip())
