@@ -1,0 +1,105 @@
+"""The fake sandbox's process table: every exec is a process with a pid that signals reach.
+
+In a container, `timeout -k` bounds an exec from inside and `kill` acts on real processes.
+Here an exec's work is an asyncio task: the in-sandbox timeout is an `asyncio.timeout` inside
+that task (exit 124, `timed_out` set only when it fired), and a signal cancels the task and
+is remembered, so the exec reports 128+N as a shell would. A process outlives a caller that
+stops waiting for it (as a process outlives a dropped `docker exec` client) and ends with the
+sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+SIGNALS = {"HUP": 1, "INT": 2, "KILL": 9, "TERM": 15}
+TIMEOUT_EXIT = 124  # what `timeout` exits with when the limit fired
+
+
+@dataclass
+class Process:
+    """One exec's work. `leader` marks a subject started by the relay's launcher."""
+
+    pid: int
+    leader: bool
+    task: asyncio.Task[int] | None = None
+    signal: int | None = None
+    timed_out: bool = False
+
+    @property
+    def alive(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+
+class ProcessTable:
+    """The live processes of one sandbox, by pid."""
+
+    def __init__(self, first_pid: int = 100) -> None:
+        self._next_pid = first_pid
+        self._live: dict[int, Process] = {}
+        # Fault injection: a leader that survives TERM (only KILL ends it).
+        self.leaders_ignore_term = False
+
+    def start(
+        self,
+        work: Callable[[Process], Awaitable[int]],
+        *,
+        leader: bool = False,
+        timeout: float | None = None,
+    ) -> Process:
+        """Start `work` as a new process, bounded by `timeout` seconds from inside."""
+        proc = Process(self._next_pid, leader)
+        self._next_pid += 1
+        proc.task = asyncio.ensure_future(self._bounded(proc, work, limit=timeout))
+        self._live[proc.pid] = proc
+        proc.task.add_done_callback(lambda _task: self._live.pop(proc.pid, None))
+        return proc
+
+    @staticmethod
+    async def _bounded(
+        proc: Process, work: Callable[[Process], Awaitable[int]], *, limit: float | None
+    ) -> int:
+        if limit is None:
+            return await work(proc)
+        scope = asyncio.timeout(limit)
+        try:
+            async with scope:
+                return await work(proc)
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the work's own TimeoutError, not the limit's
+            proc.timed_out = True
+            return TIMEOUT_EXIT
+
+    def leaders(self) -> list[Process]:
+        return [p for p in self._live.values() if p.leader and p.alive]
+
+    def signal(self, pid: int, group: bool, name: str) -> bool:
+        """Send signal `name` to `pid` (or its group: a process here is its own group).
+
+        False when there is no such live process or no such signal. Signal 0 only asks
+        whether the process is there."""
+        proc = self._live.get(pid)
+        if proc is None or not proc.alive:
+            return False
+        if name == "0":
+            return True
+        number = SIGNALS.get(name) or (int(name) if name.isdigit() else None)
+        if number is None:
+            return False
+        if number == SIGNALS["TERM"] and proc.leader and self.leaders_ignore_term:
+            return True
+        proc.signal = number
+        assert proc.task is not None
+        proc.task.cancel()
+        return True
+
+    def end_all(self) -> None:
+        """The sandbox is gone: every process is killed, and an exec still waiting reports
+        137, as Docker's does when its container is removed under it."""
+        for proc in list(self._live.values()):
+            if proc.task is not None:
+                proc.signal = SIGNALS["KILL"]
+                proc.task.cancel()

@@ -1,0 +1,181 @@
+"""What only the fake backend promises, which the trial tests here stand on: single-flight
+"builds" and content-hash tags, its refusals, the scripting hooks, and the edges of its shell
+vocabulary (what it refuses loudly rather than misread). What it shares with Docker is the
+conformance suite's (tests/conformance)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from orchestrator import Limits, TrialConfig
+from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox, Faults
+from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
+from orchestrator.sandbox import SandboxSpec
+from orchestrator.tasks.task import load_task
+from tests.conftest import write_task
+
+
+async def made(backend: FakeBackend, tmp_path: Path, **task: str) -> FakeSandbox:
+    built = await backend.ensure_image(load_task(write_task(tmp_path, "t", **task)))
+    sandbox = await backend.create_sandbox(
+        SandboxSpec(image=built.tag, trial_id="t-1", job_id="j-1", owner="me")
+    )
+    assert isinstance(sandbox, FakeSandbox)
+    return sandbox
+
+
+async def test_a_config_naming_the_fake_builds_it() -> None:
+    config = TrialConfig(backend={"type": "fake"})
+
+    assert isinstance(config.backend.build(Limits()), FakeBackend)
+
+
+async def test_concurrent_requests_for_one_image_share_one_build(tmp_path: Path) -> None:
+    backend = FakeBackend(build_sec=0.05)
+    task = load_task(write_task(tmp_path, "t"))
+
+    outcomes = await asyncio.gather(*(backend.ensure_image(task) for _ in range(3)))
+    later = await backend.ensure_image(task)
+
+    assert sorted(o.status for o in outcomes) == ["built", "cached", "cached"]
+    assert later.status == "cached"
+    assert backend.builds == 1
+
+
+async def test_the_tag_hashes_the_environment_and_the_base_image_map(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    one = load_task(write_task(tmp_path, "one"))
+    same = load_task(write_task(tmp_path, "same", instruction="Other words.\n"))
+    other = load_task(write_task(tmp_path, "other", dockerfile="FROM python:3.12\n"))
+
+    tag = (await backend.plan_image(one, {})).tag
+
+    assert (await backend.plan_image(same, {})).tag == tag  # only environment/ counts
+    assert (await backend.plan_image(other, {})).tag != tag
+    assert (await backend.plan_image(one, {"python:3.11-slim-bookworm": "local"})).tag != tag
+
+
+async def test_the_final_stage_s_workdir_and_user_are_the_defaults(tmp_path: Path) -> None:
+    dockerfile = (
+        "FROM python:3.11 AS build\nWORKDIR /build\nUSER nobody\n"
+        "FROM python:3.11-slim\nWORKDIR /srv\nWORKDIR app\nUSER nobody\n"
+    )
+    sandbox = await made(FakeBackend(), tmp_path, dockerfile=dockerfile)
+    try:
+        result = await sandbox.exec("pwd; id -un")
+    finally:
+        await sandbox.destroy()
+
+    assert result.output == "/srv/app\nnobody\n"
+
+
+async def test_an_unknown_image_and_a_taken_name_are_refused(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    sandbox = await made(backend, tmp_path)
+    try:
+        with pytest.raises(SandboxConflictError, match="in use"):
+            await backend.create_sandbox(sandbox.spec)
+        with pytest.raises(SandboxNotFoundError, match="no such image"):
+            await backend.create_sandbox(sandbox.spec.model_copy(update={"image": "nope:1"}))
+    finally:
+        await sandbox.destroy()
+
+
+@pytest.mark.parametrize("command", ["echo a | cat", "sleep 1 &"])
+async def test_pipes_and_background_jobs_are_refused_loudly(tmp_path: Path, command: str) -> None:
+    sandbox = await made(FakeBackend(), tmp_path)
+    try:
+        result = await sandbox.exec(command)
+    finally:
+        await sandbox.destroy()
+
+    assert result.exit_code == 2
+    assert "not in the vocabulary" in result.output
+
+
+async def test_quoting_substitution_and_exit_in_a_subshell(tmp_path: Path) -> None:
+    sandbox = await made(FakeBackend(), tmp_path)
+    try:
+        quoted = await sandbox.exec("""echo "a'b" 'c"d' e\\ f "$(echo in; exit 5)" after""")
+        python = await sandbox.exec("echo '#!/usr/bin/env python3' > /tmp/p && chmod +x /tmp/p")
+        refused = await sandbox.exec("/tmp/p")
+    finally:
+        await sandbox.destroy()
+
+    assert quoted.output == "a'b c\"d e f in after\n"  # exit ended only the $(…)
+    assert python.exit_code == 0
+    assert refused.exit_code == 127  # the fake has no interpreter but the shell
+    assert "python3: not found" in refused.output
+
+
+async def test_a_user_the_image_does_not_have_exits_126_with_the_engine_s_words(
+    tmp_path: Path,
+) -> None:
+    sandbox = await made(FakeBackend(), tmp_path)
+    try:
+        result = await sandbox.exec("true", user="ghost")
+    finally:
+        await sandbox.destroy()
+
+    assert result.exit_code == 126
+    assert result.output.startswith("unable to find user ghost: no matching entries")
+
+
+async def test_a_handler_s_result_is_the_exit_code_and_its_sandbox_error_the_exec_s(
+    tmp_path: Path,
+) -> None:
+    calls: list[str] = []
+
+    async def verifier(sandbox: FakeSandbox, call: ExecCall) -> int | None:
+        calls.append(call.command)
+        if call.env.get("MODE") == "raise":
+            raise SandboxError("the engine went away")
+        call.print(f"as {call.user.name} in {call.workdir}\n")
+        return None if call.env.get("MODE") == "none" else 5
+
+    run = "exec >/tmp/v.txt 2>&1 </dev/null; $(command -v bash || echo sh) /tests/test.sh"
+    sandbox = await made(FakeBackend(verifier=verifier), tmp_path)
+    try:
+        five = await sandbox.exec(run, user="root", workdir="/tmp")
+        printed = sandbox.files.read("/tmp/v.txt")
+        zero = await sandbox.exec(run, env={"MODE": "none"})
+        with pytest.raises(SandboxError, match="went away"):
+            await sandbox.exec(run, env={"MODE": "raise"})
+    finally:
+        await sandbox.destroy()
+
+    assert (five.exit_code, zero.exit_code) == (5, 0)
+    assert calls == ["/tests/test.sh"] * 3
+    assert printed == b"as root in /tmp\n"  # its output went where the run line sent it
+
+
+async def test_an_injected_exec_fault_hits_only_matching_commands(tmp_path: Path) -> None:
+    sandbox = await made(FakeBackend(faults=Faults(exec_fails_on="boom")), tmp_path)
+    try:
+        fine = await sandbox.exec("echo fine")
+        with pytest.raises(SandboxError, match="injected fault"):
+            await sandbox.exec("echo boom")
+    finally:
+        await sandbox.destroy()
+
+    assert fine.output == "fine\n"
+    assert sandbox.execs == ["echo fine", "echo boom"]
+
+
+async def test_a_failed_destroy_keeps_the_sandbox_usable_and_listed(tmp_path: Path) -> None:
+    backend = FakeBackend(faults=Faults(destroy_fails=True))
+    sandbox = await made(backend, tmp_path)
+
+    with pytest.raises(SandboxError, match="injected fault"):
+        await sandbox.destroy()
+    with pytest.raises(SandboxError, match="injected fault"):
+        await sandbox.destroy()  # the same failed removal, reported again
+
+    assert sandbox.destroyed and sandbox.present
+    assert (await sandbox.exec("true")).exit_code == 0
+    leftovers = await backend.find_leftovers(owner="me")
+    assert await backend.remove_leftovers(leftovers) == 1
+    assert not sandbox.present
