@@ -53,15 +53,21 @@ def tar_of_files(
     return buffer.getvalue()
 
 
-def tar_of_dir(source: Path, arcname: str, *, top_mode: int | None = None) -> bytes:
+def tar_of_dir(
+    source: Path, arcname: str, *, top_mode: int | None = None, readable: bool = False
+) -> bytes:
     """A tar of a host folder under `arcname`, owned by root, modes kept.
 
     `top_mode` sets the mode of the folder itself (0o700 keeps others out of all of it).
+    `readable` lets every user read the files and enter the folders, whatever umask they
+    were checked out under: code an agent running as another user must read and run.
     """
 
     def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
+        if readable:
+            info.mode |= 0o555 if info.isdir() or info.mode & 0o100 else 0o444
         if top_mode is not None and info.name == arcname:
             info.mode = top_mode
         return info

@@ -73,7 +73,8 @@ class OracleAgent(Agent):
         solve = trial.solution_dir / "solve.sh"
         if not solve.is_file():
             raise TaskError(f"{solve}: missing; the oracle agent needs the task's solution")
-        await sandbox.upload(await run_blocking(tar_of_dir, trial.solution_dir, "solution"), "/")
+        solution = await run_blocking(tar_of_dir, trial.solution_dir, "solution", readable=True)
+        await sandbox.upload(solution, "/")
 
     def command(self) -> str:
         shell = "$(command -v bash || echo sh)"
@@ -111,7 +112,8 @@ class WorkflowAgent(Agent):
 
     async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:
         arcname = f"{WORKFLOW_DIR.lstrip('/')}/{self.source.name}"
-        await sandbox.upload(await run_blocking(tar_of_dir, self.source, arcname), "/")
+        code = await run_blocking(tar_of_dir, self.source, arcname, readable=True)
+        await sandbox.upload(code, "/")
 
     def command(self) -> str:
         target = shlex.quote(f"{self.module}:{self.class_name}")

@@ -395,14 +395,6 @@ async def test_a_secret_in_a_workflow_s_report_is_redacted_everywhere(tmp_path: 
     assert SECRET not in (Path(result.trial_dir) / "result.json").read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the oracle uploads solution/ owned by root with the host's modes "
-    "(agents.OracleAgent.prepare -> tar_of_dir); from a checkout made under umask 077 "
-    "(0700/0600) an image whose USER is not root cannot read /solution/solve.sh, so the "
-    "oracle fails a solvable task (seen on Docker too: exit 126, Permission denied). "
-    "WorkflowAgent's upload of the workflow code has the same gap.",
-)
 async def test_an_oracle_in_a_non_root_image_runs_a_solution_checked_out_under_umask_077(
     tmp_path: Path,
 ) -> None:
