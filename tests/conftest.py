@@ -1,10 +1,14 @@
-"""Shared fixtures: a checked Docker engine, a trial config, a leak check, task folders.
+"""Shared fixtures: a checked Docker engine, a trial config, leak checks, task folders.
 
 Tests that depend on Docker's behaviour talk to the real engine, and a missing engine or base
 image is a failure with instructions, never a silent skip. Every test that needs the engine
 carries the `docker` marker: set explicitly, or added here to any test that uses the engine's
 fixtures, so `pytest -m "not docker"` runs everything else (the fake backend, the relay's
 state machine, the loader, the server's routes) on a machine without an engine.
+
+No test leans on what another left behind: a test that needs a task's image asks for it
+(`ensure_task_image`, cheap when cached), every container of ours is checked for after each
+test, and the images the session built are removed at its end (`session_images`).
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 import pytest
 
-from orchestrator import TrialConfig
+from orchestrator import TrialConfig, load_task
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
@@ -29,6 +34,9 @@ BASE_IMAGE_MAP = {OFFICIAL_IMAGE: BASE_IMAGE}
 DEFAULT_DOCKERFILE = f"FROM {OFFICIAL_IMAGE}\nWORKDIR /app\n"
 LABEL_TRIAL = "trialbox.trial"
 LABEL_OWNER = "trialbox.owner"
+# The repositories trialbox builds into, and the prefix of the tags tests build themselves.
+BUILT_REPOS = frozenset({"trialbox-env", "trialbox-tools"})
+TEST_IMAGE_PREFIX = "trialbox-test-"
 
 # Every trial this test session starts is labelled with this owner, so the leak check below
 # finds exactly our containers and never touches those of someone else using the engine.
@@ -52,7 +60,9 @@ def docker_client() -> Iterator[docker.DockerClient]:
 
 
 @pytest.fixture(scope="session")
-def docker_ready(docker_client: docker.DockerClient) -> docker.DockerClient:
+def docker_ready(
+    docker_client: docker.DockerClient, session_images: set[str]
+) -> docker.DockerClient:
     """The engine answers and holds the offline base image the examples are mapped onto."""
     try:
         docker_client.images.get(BASE_IMAGE)
@@ -94,6 +104,59 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.docker)
 
 
+def _built_by_the_suite(image: Any) -> bool:
+    """An image of trialbox's own repositories, a test's tag, or an untagged one (a build
+    stage, the last layer of a failed build); never the base image."""
+    if BASE_IMAGE in image.tags:
+        return False
+    return all(
+        tag.rsplit(":", 1)[0] in BUILT_REPOS or tag.startswith(TEST_IMAGE_PREFIX)
+        for tag in image.tags
+    )
+
+
+def remove_images_made_since(client: docker.DockerClient, before: set[str]) -> list[str]:
+    """Remove the suite's images whose ids are not in `before`; what could not be removed."""
+    problems: list[str] = []
+    for _ in range(2):  # a second pass for an untagged image its removed child uncovered
+        made = [
+            image
+            for image in client.images.list()
+            if image.id not in before and _built_by_the_suite(image)
+        ]
+        # Newest first, so a child goes before the image it was built from.
+        made.sort(key=lambda image: image.attrs.get("Created", ""), reverse=True)
+        for image in made:
+            for ref in image.tags or [image.id]:
+                try:
+                    client.images.remove(ref)
+                except docker.errors.ImageNotFound:
+                    pass
+                except docker.errors.APIError as exc:  # e.g. in use by someone's container
+                    problems.append(f"{ref}: {exc.explanation or exc}")
+        if not made:
+            break
+    return problems
+
+
+@pytest.fixture(scope="session")
+def session_images(
+    docker_client: docker.DockerClient, pytestconfig: pytest.Config
+) -> Iterator[set[str]]:
+    """The image ids present before the first engine test; at the end of the session the
+    images the suite built (trialbox-env, trialbox-tools, trialbox-test-* tags, untagged
+    stages) that were not among them are removed. The base image always stays."""
+    before = {image.id for image in docker_client.images.list(all=True)}
+    yield before
+    problems = remove_images_made_since(docker_client, before)
+    if problems:
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("images the suite built that could not be removed:", yellow=True)
+            for line in problems:
+                reporter.write_line(f"  {line}", yellow=True)
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
     """After every test that needs the engine: no trial container of ours is left; any found
@@ -102,6 +165,7 @@ def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     docker_client = request.getfixturevalue("docker_client")
+    request.getfixturevalue("session_images")  # noted before this test can build anything
     yield
     leftovers = our_containers(docker_client)
     names = [c.name for c in leftovers]
@@ -117,6 +181,17 @@ def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
 def config(docker_ready: docker.DockerClient, tmp_path: Path) -> TrialConfig:
     """Trials map the official Python image onto the local one and write under tmp_path."""
     return TrialConfig(base_image_map=BASE_IMAGE_MAP, jobs_dir=tmp_path / "jobs", owner=TEST_OWNER)
+
+
+async def ensure_task_image(config: TrialConfig, task: Path) -> str:
+    """The task's image through the config's backend: built when missing, else found at once.
+
+    A test that needs an image to exist before it starts (so that a wait or a timing means
+    what it says) asks for it here instead of relying on an earlier test having built it.
+    """
+    backend = config.backend.build(config.limits)
+    built = await backend.ensure_image(load_task(task), config.base_image_map)
+    return built.tag
 
 
 class ContainerWatch:

@@ -260,9 +260,10 @@ class Gateway:
             await out.write_eof()
         except (aiohttp.ClientError, TimeoutError, ConnectionResetError) as exc:
             exchange.error = f"the stream broke off: {type(exc).__name__}: {exc}"
-            # The agent's stream is cut too, not ended as if it were complete: aiohttp drops
-            # the connection (quietly) when a handler raises this after the answer started.
-            raise ConnectionResetError(exchange.error) from exc
+            # The agent's stream is cut too, not ended as if it were complete: the connection
+            # goes without the chunked terminator, so its client sees a broken stream.
+            if request.transport is not None:
+                request.transport.abort()
         finally:
             exchange.response = assembler.result()
             exchange.prompt_tokens, exchange.completion_tokens = _tokens(exchange.response)

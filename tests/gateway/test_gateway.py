@@ -902,13 +902,6 @@ async def test_passthrough_keeps_the_agents_own_headers(
     assert slot.token not in json.dumps(seen.headers)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="_relay_stream cuts the agent's stream by raising ConnectionResetError from the "
-    "handler, which its comment says aiohttp drops quietly; aiohttp logs it on aiohttp.server at "
-    "ERROR ('Error handling request') with a full traceback, once per cut stream",
-)
 async def test_a_cut_stream_is_not_logged_as_a_server_error(
     gateway: Gateway, caplog: pytest.LogCaptureFixture
 ) -> None:

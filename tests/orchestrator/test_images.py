@@ -101,7 +101,7 @@ async def test_prebuilt_image_task_gets_the_runtime_layer(make_task, docker_read
 
 
 async def test_non_root_user_is_restored_after_the_patch(config: TrialConfig, make_task) -> None:
-    # No marker: this image is cached after the first run of the suite.
+    # No marker: built once per session, then shared by the tests that ask for it.
     task = make_task(
         "as-nobody",
         dockerfile="FROM python:3.11-slim-bookworm\nUSER nobody\nWORKDIR /tmp\n",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 from pathlib import Path
 
 import docker
@@ -14,6 +16,25 @@ from orchestrator import TrialConfig, TrialResult, run_trial
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"
+STARTED = "/tmp/agent-started"
+
+
+async def until_agent_started(
+    client: docker.DockerClient, job_id: str, trial: asyncio.Future, within: float = 120
+) -> None:
+    """The job's container runs and its agent has written STARTED (an image build included)."""
+    deadline = time.monotonic() + within
+    while True:
+        assert not trial.done(), f"the trial ended early: {trial.result()}"
+        assert time.monotonic() < deadline, f"the agent did not start within {within} s"
+        found = await asyncio.to_thread(
+            client.containers.list, filters={"label": f"trialbox.job={job_id}"}
+        )
+        if found:
+            probe = await asyncio.to_thread(found[0].exec_run, ["test", "-e", STARTED])
+            if probe.exit_code == 0:
+                return
+        await asyncio.sleep(0.1)
 
 
 async def test_kept_container_carries_labels_and_limits(
@@ -47,23 +68,24 @@ async def test_cancelled_trial_cleans_up_and_says_so(
     config: TrialConfig, docker_ready: docker.DockerClient, container_watch
 ) -> None:
     running = asyncio.ensure_future(
-        run_trial(HELLO, "command:sleep 60", config=config, job_id=container_watch.job_id)
-    )
-    labels = {"label": f"trialbox.job={container_watch.job_id}"}
-    for _ in range(300):  # until the agent is at work (the image is cached)
-        found = await asyncio.to_thread(docker_ready.containers.list, filters=labels)
-        if found and found[0].status == "running":
-            break
-        await asyncio.sleep(0.05)
-    else:
+        run_trial(
+            HELLO, f"command:touch {STARTED}; sleep 60", config=config,
+            job_id=container_watch.job_id,
+        )
+    )  # fmt: skip
+    try:
+        await until_agent_started(docker_ready, container_watch.job_id, running)
+    except BaseException:
         running.cancel()
-        pytest.fail("the trial's container never started")
-    await asyncio.sleep(0.5)
+        with contextlib.suppress(BaseException):
+            await running
+        raise
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
 
     assert container_watch.created() != []
+    labels = {"label": f"trialbox.job={container_watch.job_id}"}
     left = await asyncio.to_thread(docker_ready.containers.list, all=True, filters=labels)
     assert left == []
     job_dir = config.jobs_dir.resolve() / container_watch.job_id
@@ -71,6 +93,7 @@ async def test_cancelled_trial_cleans_up_and_says_so(
     result = TrialResult.model_validate_json(result_file.read_text())
     assert result.status == "cancelled"
     assert result.agent.termination == "aborted"
+    assert result.agent.detail == "group quiesced"  # the relay found the agent at work
     assert result.reward is None
     assert json.loads(result_file.read_text())["finished_at"] is not None
 

@@ -20,6 +20,8 @@ from orchestrator.common.archive import TRUNCATION_NOTE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"
+# A verifier's wait (at most 20 s) until a path exists: what it checks has surely happened.
+WAIT_FOR = "i=0; while [ ! -e %s ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done\n"
 
 
 async def test_prewritten_reward_files_are_discarded(config: TrialConfig) -> None:
@@ -176,21 +178,30 @@ async def test_lingering_non_root_process_cannot_forge_the_reward(
 ) -> None:
     """An agent running as another user than the verifier cannot write its reward.
 
-    (The root case stays open, see the xfail below: the same container, the same user.)
+    The verifier waits until the forger has tried (and been refused) while it runs, so the
+    forgery is attempted for sure, however the two are scheduled. (The root case stays
+    open, see the xfail below: the same container, the same user.)
     """
     task = make_task(
         "forge-as-nobody",
         dockerfile="FROM python:3.11-slim-bookworm\nUSER nobody\nWORKDIR /tmp\n",
-        test_sh="#!/bin/sh\nsleep 0.5\necho 0 > /logs/verifier/reward.txt\n",
+        test_sh=(
+            "#!/bin/sh\nrm -f /tmp/refused\n"
+            f"{WAIT_FOR % '/tmp/refused'}"
+            "[ -e /tmp/refused ] && echo refused > /logs/verifier/forger.txt\n"
+            "echo 0 > /logs/verifier/reward.txt\n"
+        ),
     )
     forger = (
         "command:echo '{\"reward\": 1}' > /tmp/r.json; "
-        "nohup sh -c 'while :; do cp /tmp/r.json /logs/verifier/reward.json 2>/dev/null; "
-        "sleep 0.02; done' >/dev/null 2>&1 &"
+        "nohup sh -c 'while :; do cp /tmp/r.json /logs/verifier/reward.json 2>/dev/null "
+        "|| touch /tmp/refused; sleep 0.02; done' >/dev/null 2>&1 &"
     )
     result = await run_trial(task, forger, config=config)
 
     assert result.error is None, result.error
+    forger_seen = Path(result.trial_dir) / "logs" / "verifier" / "forger.txt"
+    assert forger_seen.read_text() == "refused\n"  # it tried while the verifier ran
     assert result.rewards == {"reward": 0.0}
 
 
@@ -200,12 +211,21 @@ async def test_lingering_non_root_process_cannot_forge_the_reward(
     reason="gap: a process the agent leaves running rewrites /logs/verifier/reward.json after "
     "the verifier dir is emptied, and reward.json wins over the verifier's reward.txt",
 )
-async def test_lingering_process_cannot_forge_the_reward(config: TrialConfig) -> None:
+async def test_lingering_process_cannot_forge_the_reward(config: TrialConfig, make_task) -> None:
+    # The verifier gives the forger its chance for sure: it waits (bounded) for a
+    # reward.json to appear before it writes its own 0.
+    task = make_task(
+        "forge-as-root",
+        test_sh=(
+            f"#!/bin/sh\n{WAIT_FOR % '/logs/verifier/reward.json'}"
+            "echo 0 > /logs/verifier/reward.txt\n"
+        ),
+    )
     forger = (
         "command:echo '{\"reward\": 1}' > /tmp/r.json; "
         "nohup sh -c 'while :; do mkdir -p /logs/verifier; "
         "cp /tmp/r.json /logs/verifier/reward.json; sleep 0.02; done' >/dev/null 2>&1 &"
     )
-    result = await run_trial(HELLO, forger, config=config)
+    result = await run_trial(task, forger, config=config)
 
     assert result.reward == 0.0

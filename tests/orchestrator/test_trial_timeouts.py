@@ -12,6 +12,20 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SUM = REPO_ROOT / "examples" / "sum-workflow"
 SERVICE_TEST = (REPO_ROOT / "examples" / "service-left-running" / "tests" / "test.sh").read_text()
 SHORT = "[agent]\ntimeout_sec = 2\n"
+# Python and the runtime must be up (its SIGTERM handler installed) before the timeout: a
+# few seconds leave a busy machine room for that.
+WORKFLOW_TIMEOUT = "[agent]\ntimeout_sec = 5\n"
+# The example's verifier asks once; on a busy machine the server may still be starting when
+# the verifier runs, so this one waits (bounded) until it answers first. A server that was
+# stopped never answers, and the example's check then scores 0.
+UNTIL_SERVED = (
+    "#!/bin/sh\n"
+    "for _ in $(seq 200); do\n"
+    "  python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/ping')\""
+    " 2>/dev/null && break\n"
+    "  sleep 0.1\n"
+    "done\n"
+)
 
 
 async def test_timed_out_agent_is_still_verified(config: TrialConfig, make_task) -> None:
@@ -49,7 +63,8 @@ async def test_server_started_before_the_timeout_still_answers(
     config: TrialConfig, make_task
 ) -> None:
     # Only the agent's leader is stopped at the timeout, not what it left running.
-    task = make_task("service-then-hang", task_toml=SHORT, test_sh=SERVICE_TEST)
+    test_sh = UNTIL_SERVED + SERVICE_TEST.removeprefix("#!/bin/sh\n")
+    task = make_task("service-then-hang", task_toml=SHORT, test_sh=test_sh)
     agent = (
         "command:mkdir -p /srv/www && printf pong > /srv/www/ping && "
         "(nohup python3 -m http.server 8000 --directory /srv/www >/tmp/server.log 2>&1 &) ; "
@@ -80,7 +95,7 @@ async def test_timed_out_workflow_still_writes_its_result(
     )
     task = make_task(
         "slow-sum",
-        task_toml=SHORT,
+        task_toml=WORKFLOW_TIMEOUT,
         dockerfile=(SUM / "environment" / "Dockerfile").read_text(),
         files={
             "environment/numbers.txt": (SUM / "environment" / "numbers.txt").read_text(),

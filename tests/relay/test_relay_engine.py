@@ -24,6 +24,7 @@ from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.backends.docker.sandbox import DockerSandbox, SandboxSpec
 from relay import Ending, Relay, RelayPolicy
 from relay.launcher import SCOPE_MARKER
+from tests.conftest import TEST_IMAGE_PREFIX
 
 SECRET = "sk-relay-secret-987"
 OFFICIAL_IMAGE = "python:3.11-slim-bookworm"
@@ -44,6 +45,19 @@ def alive(pid_file):
     except ProcessLookupError:
         return False
     return True
+
+def answer(url, within=20.0):
+    # The body once the server answers: it may still be starting on a busy machine, and one
+    # that was stopped never answers, so waiting decides nothing but when.
+    import time
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return urllib.request.urlopen(url, timeout=5).read()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 """
 
 
@@ -102,10 +116,7 @@ async def test_a_server_left_running_past_the_timeout_is_scored(quick, make_task
     task = make_task(
         "server",
         task_toml=task_toml(3),
-        test_sh=reward_if(
-            "b'served-by-the-agent' in "
-            "urllib.request.urlopen('http://127.0.0.1:8000/', timeout=5).read()"
-        ),
+        test_sh=reward_if("b'served-by-the-agent' in answer('http://127.0.0.1:8000/')"),
     )
     agent = (
         "command:mkdir -p /tmp/www && echo served-by-the-agent > /tmp/www/index.html"
@@ -137,8 +148,8 @@ async def test_a_term_ignoring_leader_is_killed_and_the_trial_scored(quick, make
     assert result.error is None, result.error
     assert result.agent.termination == "timeout"
     assert result.agent.exit_code == 124
-    assert "KILL" in result.agent.detail
-    assert 0.9 <= result.agent.stop_sec < 1.0 + 1.0 + 1.0
+    assert result.agent.detail == "leader stopped by KILL"
+    assert result.agent.stop_sec >= 0.9  # the TERM grace (1 s) was given in full first
     assert result.status == "success"
     assert result.reward == 1.0
     # The pid the relay recorded is the leader's own: the launcher exec'd, it did not fork.
@@ -354,7 +365,8 @@ async def test_a_subject_that_rewrites_its_pid_file_is_still_stopped_as_the_lead
         "sleep 600 & for f in /tmp/relay-state/subject-*.pid; do echo $! > $f; done; sleep 600"
     )
 
-    outcome = await relay.run(subject, timeout_sec=1)
+    # The timeout leaves the subject a few seconds to rewrite the file before it is stopped.
+    outcome = await relay.run(subject, timeout_sec=3)
 
     assert outcome.ending is Ending.TIMEOUT, outcome
     assert outcome.scoreable and not outcome.sandbox_destroyed
@@ -367,7 +379,7 @@ async def test_a_subject_that_rewrites_its_pid_file_is_still_stopped_as_the_lead
 @pytest.fixture
 async def nobody_sandbox(config: TrialConfig, docker_client) -> AsyncIterator[DockerSandbox]:
     """A sandbox whose image says `USER nobody`, as many task Dockerfiles do."""
-    tag = f"trialbox-relay-test-nobody:{uuid.uuid4().hex[:8]}"
+    tag = f"{TEST_IMAGE_PREFIX}nobody:{uuid.uuid4().hex[:8]}"
     dockerfile = f"FROM {config.base_image_map[OFFICIAL_IMAGE]}\nUSER nobody\n"
     await asyncio.to_thread(
         docker_client.images.build,

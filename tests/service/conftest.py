@@ -1,4 +1,5 @@
-"""Helpers shared by the service tests: engines on the example task, container probes."""
+"""Helpers shared by the service tests: engines on the example task, container probes, and
+waits on states (a status, a running sandbox), never on sleeps."""
 
 from __future__ import annotations
 
@@ -13,17 +14,37 @@ import pytest
 
 from orchestrator import TrialConfig
 from orchestrator.common.ids import trial_id_for
+from orchestrator.service import engine as engine_module
 from orchestrator.service.engine import TrialEngine
+from orchestrator.service.ttl_cache import TtlCache
+from tests.conftest import ensure_task_image
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
 LONG = "command:sleep 60"
 TERMINAL = {"success", "failure", "cancelled"}
 MakeEngine = Callable[..., TrialEngine]
 
+# A quick rollout held at a gate inside its sandbox until the test opens it (`open_gate`),
+# so "it is still running when X happens" is a state the test makes, not a race it hopes for.
+GATE = "/tmp/trialbox-test-gate"
+HELD = f"command:until [ -e {GATE} ]; do sleep 0.05; done"
+
+
+def held_test_sh(gate: str = GATE) -> str:
+    """A verifier that waits at `gate`, then scores 1: the rollout stays `grading` until the
+    test opens it."""
+    return (
+        f"#!/bin/sh\nuntil [ -e {gate} ]; do sleep 0.05; done\necho 1 > /logs/verifier/reward.txt\n"
+    )
+
 
 @pytest.fixture
 async def make_engine(config: TrialConfig) -> AsyncIterator[MakeEngine]:
-    """Engines on the example task (agent nop by default); all shut down without a drain."""
+    """Engines on the example task (agent nop by default); all shut down without a drain.
+
+    The example's image is requested first, so a rollout's first phases take the time of a
+    cached image whichever test runs first."""
+    await ensure_task_image(config, HELLO)
     made: list[TrialEngine] = []
 
     def make(**kwargs: Any) -> TrialEngine:
@@ -65,10 +86,39 @@ async def until_sandbox_up(
         await asyncio.sleep(0.05)
 
 
+async def open_gate(client: docker.DockerClient, rollout_id: str, gate: str = GATE) -> None:
+    """Let a held rollout go on: create `gate` in its sandbox."""
+    container = await asyncio.to_thread(
+        client.containers.get, "trialbox-" + trial_id_for(rollout_id)
+    )
+    done = await asyncio.to_thread(container.exec_run, ["touch", gate], user="root")
+    assert done.exit_code == 0, done.output
+
+
+class RetentionClock:
+    """The clock of the engines' retention window: real time plus `offset`, which a test
+    moves forward to make finished rollouts expire when it chooses."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
+@pytest.fixture
+def retention_clock(monkeypatch: pytest.MonkeyPatch) -> RetentionClock:
+    """Engines made after this keep finished rollouts on this clock, so a test reads a
+    finished status at leisure and then steps past the window instead of racing it."""
+    clock = RetentionClock()
+    monkeypatch.setattr(engine_module, "TtlCache", lambda ttl: TtlCache(ttl, clock=clock))
+    return clock
+
+
 def open_app(engine: TrialEngine, **kwargs: Any) -> Any:
     """An app whose requests may name the test agents and task folders by path."""
     from orchestrator.service.server import create_app
 
-    kwargs.setdefault("agents", [LONG, "nop", "oracle"])
+    kwargs.setdefault("agents", [LONG, HELD, "nop", "oracle"])
     kwargs.setdefault("task_paths", True)
     return create_app(engine, **kwargs)

@@ -27,13 +27,19 @@ from orchestrator.service.abort import abort
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.rollouts import EngineClosed, RolloutRequest, RolloutStatus
 from tests.service.conftest import (
+    HELD,
     LONG,
     TERMINAL,
     MakeEngine,
     open_app,
+    open_gate,
     our_container_names,
     until_sandbox_up,
 )
+
+# The drain of the shutdown test: the held rollout is let go as the shutdown begins and has
+# this long to be verified and written (about a second on an idle machine).
+DRAIN_SEC = 8.0
 
 
 async def until_status(
@@ -84,15 +90,25 @@ async def test_shutdown_drains_quick_rollouts_then_aborts_the_rest(
     make_engine: MakeEngine, config: TrialConfig, docker_client: docker.DockerClient
 ) -> None:
     engine = make_engine(n_concurrent=2)
-    app = open_app(engine, drain_sec=4)
+    app = open_app(engine, drain_sec=DRAIN_SEC)
     transport = httpx.ASGITransport(app=app)
+
+    async def let_the_quick_one_end_once_shutdown_began() -> None:
+        await until(lambda: engine.closed, "the shutdown to begin", within=120)
+        await open_gate(docker_client, "quick-1")
+
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         async with app.router.lifespan_context(app):
-            for body in ({"rollout_id": "quick-1"}, {"rollout_id": "long-1", "agent": LONG}):
+            for rollout_id, agent in (("quick-1", HELD), ("long-1", LONG)):
+                body = {"rollout_id": rollout_id, "agent": agent}
                 assert (await client.post("/rollouts", json=body)).status_code == 202
+            await until_sandbox_up(docker_client, engine, "quick-1")
             await until_sandbox_up(docker_client, engine, "long-1")
-            assert engine.status("quick-1").status not in TERMINAL  # it ends during the drain
+            # Held at its gate, the quick one can only end during the drain.
+            assert engine.status("quick-1").status == "running"
+            releaser = asyncio.ensure_future(let_the_quick_one_end_once_shutdown_began())
         # Leaving the lifespan shut the engine down: drained, then aborted.
+        await releaser
         quick = engine.status("quick-1")
         long = engine.status("long-1")
         assert (quick.status, quick.reward) == ("success", 0.0)
@@ -316,7 +332,7 @@ async def test_a_rollout_cancelled_before_its_runner_started_is_settled(
     engine = make_engine()
     await engine.submit(RolloutRequest(rollout_id="early-1"))
     assert engine.cancel_nowait(ids=["early-1"]) == {"early-1": "cancelled_queued"}
-    assert (await until_status(engine, "early-1", TERMINAL, within=3)).status == "cancelled"
+    assert (await until_status(engine, "early-1", TERMINAL)).status == "cancelled"
     assert engine.live_count == 0
 
 
@@ -327,25 +343,25 @@ async def test_a_cancel_while_the_container_is_being_created_leaves_no_container
     monkeypatch: pytest.MonkeyPatch,
     container_watch: Any,
 ) -> None:
-    # The real engine creates the container; the call is only made slow enough to be hit.
-    creating, created = threading.Event(), threading.Event()
+    # The real engine creates the container; the call is held until the cancel is in, so the
+    # cancel lands while the create is under way.
+    creating, let_create_go = threading.Event(), threading.Event()
     original = ContainerCollection.create
 
-    def slow_create(self: ContainerCollection, *args: Any, **kwargs: Any) -> Any:
+    def held_create(self: ContainerCollection, *args: Any, **kwargs: Any) -> Any:
         creating.set()
-        time.sleep(0.5)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            created.set()
+        let_create_go.wait(60)
+        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(ContainerCollection, "create", slow_create)
+    monkeypatch.setattr(ContainerCollection, "create", held_create)
     engine = make_engine(agent=LONG, job_id=container_watch.job_id)
     await engine.submit(RolloutRequest(rollout_id="mid-create"))
-    await until(creating.is_set, "the container create call")
-    assert await engine.cancel(ids=["mid-create"]) == {"mid-create": "cancelled_running"}
-    assert engine.status("mid-create").status == "cancelled"
-    await until(created.is_set, "the create call to return")
+    try:
+        await until(creating.is_set, "the container create call", within=60)
+        assert engine.cancel_nowait(ids=["mid-create"]) == {"mid-create": "cancelled_running"}
+    finally:
+        let_create_go.set()
+    assert (await until_status(engine, "mid-create", TERMINAL)).status == "cancelled"
     assert len(container_watch.created()) == 1  # the window was hit: a container was made
     leaked = our_container_names(docker_client, config)
     for name in leaked:  # removed here, so the autouse leak check reports only this test

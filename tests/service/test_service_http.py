@@ -20,14 +20,21 @@ import pytest
 from orchestrator import TrialConfig
 from orchestrator.service.server import create_app
 from tests.service.conftest import (
+    GATE,
+    HELD,
     HELLO,
     LONG,
     TERMINAL,
     MakeEngine,
+    RetentionClock,
+    held_test_sh,
     open_app,
+    open_gate,
     our_container_names,
     until_sandbox_up,
 )
+
+RETENTION_SEC = 600.0  # stepped over with the retention clock, never waited for
 
 
 def client_for(app: Any) -> httpx.AsyncClient:
@@ -51,16 +58,23 @@ async def status_of(client: httpx.AsyncClient, rollout_id: str) -> dict[str, Any
 
 
 async def until_status(
-    client: httpx.AsyncClient, rollout_id: str, wanted: set[str], within: float = 30.0
+    client: httpx.AsyncClient,
+    rollout_id: str,
+    wanted: set[str],
+    within: float = 30.0,
+    seen: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Poll the status document until its status is one of `wanted` (bounded).
+    """Poll the status document until its status is one of `wanted` (bounded); each new
+    status read on the way is appended to `seen`.
 
-    A terminal status counts once it is settled (has finished_at): see the xfail test in
-    test_service_engine.py for the live document that says success before it has a reward.
+    A terminal status counts once it is settled (has finished_at): a live document says
+    `grading` until the result is written, and only then the outcome.
     """
     deadline = time.monotonic() + within
     while True:
         doc = await status_of(client, rollout_id)
+        if seen is not None and (not seen or seen[-1] != doc["status"]):
+            seen.append(doc["status"])
         settled = doc["status"] not in TERMINAL or doc["finished_at"] is not None
         if doc["status"] in wanted and settled:
             return doc
@@ -103,9 +117,6 @@ async def test_full_queue_answers_429_with_retry_after_and_accepts_once_a_slot_f
         await until_sandbox_up(docker_client, engine, "adm-b")
 
         await accepted(client, "adm-c")  # a slot freed: the same request is accepted now
-        # Let adm-c's runner take its first step: a rollout cancelled before that is never
-        # settled (see test_a_rollout_cancelled_before_its_runner_started_is_settled).
-        await asyncio.sleep(0.05)
         assert await cancel(client, {"all": True}) == {
             "adm-b": "cancelled_running",
             "adm-c": "cancelled_queued",
@@ -136,55 +147,59 @@ async def test_submit_answers_409_for_an_id_in_flight_and_422_for_a_bad_request(
 
 
 async def test_status_goes_queued_running_grading_success_then_unknown_after_retention(
-    make_engine: MakeEngine, make_task: Callable[..., Path], docker_client: docker.DockerClient
+    make_engine: MakeEngine,
+    make_task: Callable[..., Path],
+    docker_client: docker.DockerClient,
+    retention_clock: RetentionClock,
 ) -> None:
-    # The verifier takes a moment, so `grading` is seen for sure.
-    slow_verifier = make_task(
-        "slow-verifier", test_sh="#!/bin/sh\nsleep 0.6\necho 1 > /logs/verifier/reward.txt\n"
-    )
-    engine = make_engine(n_concurrent=1, retention_sec=0.5)
+    # Each step is held until the test has seen it: the agent waits at GATE, the verifier at
+    # a gate of its own, and the retention window ends when the clock is stepped past it.
+    verifier_gate = "/tmp/trialbox-test-verify"
+    held_verifier = make_task("held-verifier", test_sh=held_test_sh(verifier_gate))
+    engine = make_engine(n_concurrent=1, retention_sec=RETENTION_SEC)
     async with client_for(open_app(engine)) as client:
         await accepted(client, "life-blocker", agent=LONG)
         await until_status(client, "life-blocker", {"running"})
         await until_sandbox_up(docker_client, engine, "life-blocker")
-        await accepted(client, "life-1", task=str(slow_verifier))
-        assert (await status_of(client, "life-1"))["status"] == "queued"
+        await accepted(client, "life-1", task=str(held_verifier), agent=HELD)
+        seen: list[str] = []
+        await until_status(client, "life-1", {"queued"}, seen=seen)
         assert await cancel(client, {"ids": ["life-blocker"]}) == {
             "life-blocker": "cancelled_running"
         }
 
-        seen = ["queued"]
-        deadline = time.monotonic() + 30
-        while seen[-1] not in TERMINAL:
-            assert time.monotonic() < deadline, f"life-1 stuck: {seen}"
-            doc = await status_of(client, "life-1")
-            if doc["status"] != seen[-1]:
-                seen.append(doc["status"])
-            await asyncio.sleep(0.02)
+        await until_status(client, "life-1", {"running"}, seen=seen)
+        await until_sandbox_up(docker_client, engine, "life-1")
+        await open_gate(docker_client, "life-1", GATE)  # the agent ends
+        await until_status(client, "life-1", {"grading"}, seen=seen)
+        await open_gate(docker_client, "life-1", verifier_gate)  # the verifier scores
+        doc = await until_status(client, "life-1", TERMINAL, seen=seen)
         assert seen == ["queued", "running", "grading", "success"]
-        doc = await until_status(client, "life-1", {"success"}, within=5)
         assert doc["reward"] == 1.0 and doc["rewards"] == {"reward": 1.0}
         assert doc["error"] is None and doc["finished_at"] is not None
         assert Path(doc["trial_dir"], "result.json").is_file()
+        assert (await status_of(client, "life-blocker"))["status"] == "cancelled"
 
-        blocker = await status_of(client, "life-blocker")
-        assert blocker["status"] in {"cancelled", "unknown"}  # it may have expired already
-        await until_status(client, "life-1", {"unknown"}, within=5)
+        retention_clock.offset = RETENTION_SEC / 2  # well inside the window: still kept
+        assert await status_of(client, "life-1") == doc
+        retention_clock.offset = RETENTION_SEC + 1  # past it: both are forgotten
+        assert (await status_of(client, "life-1"))["status"] == "unknown"
         assert (await status_of(client, "life-blocker"))["status"] == "unknown"
 
 
 async def test_a_rollout_without_a_reward_ends_failure_with_its_error_then_expires(
-    make_engine: MakeEngine, make_task: Callable[..., Path]
+    make_engine: MakeEngine, make_task: Callable[..., Path], retention_clock: RetentionClock
 ) -> None:
     no_reward = make_task("no-reward", test_sh="#!/bin/sh\necho 'forgot the reward'\n")
-    engine = make_engine(retention_sec=0.5)
+    engine = make_engine(retention_sec=RETENTION_SEC)
     async with client_for(open_app(engine)) as client:
         await accepted(client, "fail-1", task=str(no_reward))
         doc = await until_status(client, "fail-1", TERMINAL)
         assert doc["status"] == "failure"
         assert doc["reward"] is None and doc["rewards"] == {}
         assert doc["error"] and doc["error_category"] == "validation"
-        await until_status(client, "fail-1", {"unknown"}, within=5)
+        retention_clock.offset = RETENTION_SEC + 1
+        assert (await status_of(client, "fail-1"))["status"] == "unknown"
 
 
 async def test_an_unknown_id_is_unknown(make_engine: MakeEngine) -> None:

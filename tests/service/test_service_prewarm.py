@@ -18,6 +18,7 @@ from orchestrator.service.engine import TrialEngine
 from orchestrator.service.prewarm import PrewarmError, PrewarmRow, prewarm
 from orchestrator.service.server import create_app
 from orchestrator.tasks.task import load_task
+from tests.conftest import ensure_task_image
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
 MakeTask = Callable[..., Path]
@@ -119,6 +120,7 @@ async def test_a_task_whose_image_cannot_even_be_planned_is_reported_with_the_ot
 ) -> None:
     broken = make_task("pw-unreadable")
     (broken / "environment" / "Dockerfile").write_bytes(b"\xff\xfe not utf-8\n")
+    await ensure_task_image(config, HELLO)  # so its row says "cached", whatever ran before
 
     with pytest.raises(PrewarmError) as caught:
         await prewarm([broken, HELLO], base_image_map=config.base_image_map)
