@@ -1,8 +1,9 @@
 """One Docker container per trial: create, exec, move files, destroy.
 
-The container runs `sleep infinity` under an init process, so zombies are reaped and stop
-signals are forwarded. Files move by archive copy through the API, never by bind mounts: that
-works the same against a remote engine and leaves no root-owned files on the host.
+The container's PID 1 is a quiet reaper (QUIET_INIT): zombies are reaped and no signal sent
+from inside reaches it, so an agent cannot stop its own sandbox. Files move by archive copy
+through the API, never by bind mounts: that works the same against a remote engine and
+leaves no root-owned files on the host (the one bind mount is the model gateway's socket).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from docker.types import Mount as DockerMount
 
+from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.common.archive import extract_stream, tar_of_files
 from orchestrator.common.errors import (
@@ -35,6 +37,19 @@ def _bounded_command(command: str, timeout: float | None, kill_after: float) -> 
     return ["timeout", "-k", f"{kill_after:g}", f"{timeout:.3f}", "sh", "-c", command]
 
 
+# PID 1 of every sandbox: reaps orphans (so zombies never hold the pids an agent needs) and
+# installs no signal handler, so the kernel drops every signal sent to it from inside the
+# sandbox: an agent, even as root, cannot stop its own sandbox with `kill 1`. The engine's
+# SIGKILL (removal) still ends it. Docker's --init (tini) forwards signals, so it is not used.
+QUIET_INIT = """\
+import os, signal, time
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(1)
+"""
 NETWORK_MODES = frozenset({"none", "bridge", "host"})
 CAPABILITIES = Capabilities(network_modes=NETWORK_MODES, gpus=False, host_mounts=True)
 
@@ -70,9 +85,8 @@ class DockerSandbox:
                 f"create a container from {spec.image}",
                 client.containers.create,
                 spec.image,
-                entrypoint=["sleep"],
-                command=["infinity"],
-                init=True,
+                entrypoint=[RUNTIME_PYTHON, "-I", "-S", "-c", QUIET_INIT],
+                command=[],
                 detach=True,
                 name=spec.name,
                 labels=spec.labels,
