@@ -13,7 +13,11 @@ test, and the images the session built are removed at its end (`session_images`)
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -139,16 +143,80 @@ def remove_images_made_since(client: docker.DockerClient, before: set[str]) -> l
     return problems
 
 
+class EngineSessions:
+    """The test sessions using one engine at the same time, so that only the last one out
+    removes what they built: a session that removed the tools image or a task image another
+    session had just built would break that session's next build or container.
+
+    Each session registers its pid under a lock; the shared baseline is the set of image ids
+    present before the first of them started. Entries of dead sessions are ignored.
+    """
+
+    def __init__(self, engine_id: str) -> None:
+        self.dir = Path(tempfile.gettempdir()) / "trialbox-test-sessions" / engine_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.baseline_file = self.dir / "baseline.json"
+        self.entry = self.dir / f"session-{os.getpid()}"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with (self.dir / "lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _others_alive(self) -> bool:
+        alive = False
+        for entry in self.dir.glob("session-*"):
+            if entry == self.entry:
+                continue
+            try:
+                os.kill(int(entry.name.removeprefix("session-")), 0)
+                alive = True
+            except ProcessLookupError:
+                entry.unlink(missing_ok=True)  # a session that died without leaving
+            except (PermissionError, ValueError):
+                alive = True
+        return alive
+
+    def join(self, before: set[str]) -> None:
+        with self.locked():
+            if self._others_alive() and self.baseline_file.exists():
+                before &= set(json.loads(self.baseline_file.read_text()))
+            self.baseline_file.write_text(json.dumps(sorted(before)))
+            self.entry.touch()
+
+    def leave(self, sweep: Callable[[set[str]], None]) -> bool:
+        """Unregister; the last session out runs `sweep(baseline)` (under the lock, so a
+        session starting meanwhile sees the engine after it). Whether it swept."""
+        with self.locked():
+            self.entry.unlink(missing_ok=True)
+            if self._others_alive():
+                return False
+            baseline = set(json.loads(self.baseline_file.read_text()))
+            self.baseline_file.unlink()
+            sweep(baseline)
+            return True
+
+
 @pytest.fixture(scope="session")
 def session_images(
     docker_client: docker.DockerClient, pytestconfig: pytest.Config
 ) -> Iterator[set[str]]:
     """The image ids present before the first engine test; at the end of the session the
     images the suite built (trialbox-env, trialbox-tools, trialbox-test-* tags, untagged
-    stages) that were not among them are removed. The base image always stays."""
+    stages) that were not among them are removed. The base image always stays. Sessions
+    that share the engine at the same time leave the removal to the last one of them."""
     before = {image.id for image in docker_client.images.list(all=True)}
+    sessions = EngineSessions(docker_client.info().get("ID", "engine").replace(":", "-"))
+    sessions.join(before)
     yield before
-    problems = remove_images_made_since(docker_client, before)
+    problems: list[str] = []
+    sessions.leave(
+        lambda baseline: problems.extend(remove_images_made_since(docker_client, baseline))
+    )
     if problems:
         reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

@@ -12,6 +12,7 @@ import docker
 import docker.errors
 import pytest
 
+from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator import TrialConfig, TrialResult, run_trial
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +56,8 @@ async def test_kept_container_carries_labels_and_limits(
         assert host["NanoCpus"] == 500_000_000
         assert host["Memory"] == 256 * 1024 * 1024
         assert host["PidsLimit"] == 64
-        assert host["Init"] is True
+        # PID 1 is the runtime's quiet reaper, not Docker's init (which forwards signals).
+        assert container.attrs["Config"]["Entrypoint"][0] == RUNTIME_PYTHON
         assert host["NetworkMode"] == "none"
         assert "no-new-privileges" in host["SecurityOpt"]
         assert container.status == "running"

@@ -5,7 +5,8 @@ shows that wherever the fake answers, it answers as the Docker sandbox does: the
 probe, a signal to the leader or its group, the group check, `id -u; id -g`, the launcher
 that cannot record its pid, an exec in a removed sandbox or with an engine that stopped
 answering. Each scenario runs against the fake and (marked `docker`) against a container of
-the base image, and checks both against the answers written down in fake_sandbox.py.
+the example task's image, and checks both against the answers written down in
+fake_sandbox.py.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 import requests
 
+from orchestrator import TrialConfig
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.sandbox import DockerSandbox
 from orchestrator.common.errors import SandboxError, SandboxNotFoundError
@@ -29,7 +31,7 @@ from orchestrator.sandbox import SandboxSpec
 from relay import Ending, Relay, RelayPolicy
 from relay.launcher import LaunchPaths, launcher_script, leader_probe_script
 from relay.protocol import ExecOutput, RelaySandbox
-from tests.conftest import BASE_IMAGE, TEST_OWNER
+from tests.conftest import EXAMPLES, TEST_OWNER, ensure_task_image
 from tests.relay.fake_sandbox import (
     GROUP_ALIVE,
     GROUP_GONE,
@@ -60,22 +62,26 @@ def group_check(pid: int) -> str:
 
 
 class Sandboxes:
-    """Makes sandboxes of one kind, launches subjects in them, and cleans up after the test."""
+    """Makes sandboxes of one kind, launches subjects in them, and cleans up after the test.
 
-    def __init__(self, kind: str) -> None:
+    Real ones run the example task's image: a sandbox's image carries trialbox's runtime."""
+
+    def __init__(self, kind: str, config: TrialConfig | None = None) -> None:
         self.kind = kind
+        self.config = config
         self.made: list[Any] = []
         self.subjects: list[asyncio.Future[ExecOutput]] = []
 
     async def make(self, **fake_behaviour: Any) -> RelaySandbox:
-        """A fake with `fake_behaviour`, or a real container of the base image (where the
-        same behaviour comes from the shell commands the test runs)."""
+        """A fake with `fake_behaviour`, or a real container (where the same behaviour comes
+        from the shell commands the test runs)."""
         sandbox: Any
         if self.kind == "fake":
             sandbox = FakeSandbox(**fake_behaviour)
         else:
+            assert self.config is not None
             spec = SandboxSpec(
-                image=BASE_IMAGE,
+                image=await ensure_task_image(self.config, EXAMPLES / "hello-oracle"),
                 trial_id=f"relay-contract-{uuid.uuid4().hex[:8]}",
                 job_id="relay-contract",
                 owner=TEST_OWNER,
@@ -107,16 +113,15 @@ class Sandboxes:
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.docker)])
 async def sandboxes(request: pytest.FixtureRequest) -> AsyncIterator[Sandboxes]:
-    if request.param == "real":
-        request.getfixturevalue("docker_ready")
-    made = Sandboxes(request.param)
+    config = request.getfixturevalue("config") if request.param == "real" else None
+    made = Sandboxes(request.param, config)
     yield made
     await made.close()
 
 
 @pytest.fixture
-async def real_sandboxes(docker_ready: object) -> AsyncIterator[Sandboxes]:
-    made = Sandboxes("real")
+async def real_sandboxes(config: TrialConfig) -> AsyncIterator[Sandboxes]:
+    made = Sandboxes("real", config)
     yield made
     await made.close()
 

@@ -24,10 +24,10 @@ from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.backends.docker.sandbox import DockerSandbox, SandboxSpec
 from relay import Ending, Relay, RelayPolicy
 from relay.launcher import SCOPE_MARKER
-from tests.conftest import TEST_IMAGE_PREFIX
+from tests.conftest import EXAMPLES, TEST_IMAGE_PREFIX, ensure_task_image
 
 SECRET = "sk-relay-secret-987"
-OFFICIAL_IMAGE = "python:3.11-slim-bookworm"
+HELLO = EXAMPLES / "hello-oracle"
 LABEL_TRIAL = "trialbox.trial"
 POLICY = RelayPolicy(
     term_grace=1, kill_grace=1, abort_term_quiet=2, abort_kill_quiet=2, destroy_deadline=30
@@ -299,7 +299,9 @@ async def _sandbox(config: TrialConfig, image: str) -> AsyncIterator[DockerSandb
 
 @pytest.fixture
 async def sandbox(config: TrialConfig) -> AsyncIterator[DockerSandbox]:
-    async for made in _sandbox(config, config.base_image_map[OFFICIAL_IMAGE]):
+    """A bare sandbox of the example's image (a sandbox's image carries trialbox's runtime:
+    its PID 1 is the runtime's Python)."""
+    async for made in _sandbox(config, await ensure_task_image(config, HELLO)):
         yield made
 
 
@@ -380,7 +382,7 @@ async def test_a_subject_that_rewrites_its_pid_file_is_still_stopped_as_the_lead
 async def nobody_sandbox(config: TrialConfig, docker_client) -> AsyncIterator[DockerSandbox]:
     """A sandbox whose image says `USER nobody`, as many task Dockerfiles do."""
     tag = f"{TEST_IMAGE_PREFIX}nobody:{uuid.uuid4().hex[:8]}"
-    dockerfile = f"FROM {config.base_image_map[OFFICIAL_IMAGE]}\nUSER nobody\n"
+    dockerfile = f"FROM {await ensure_task_image(config, HELLO)}\nUSER nobody\n"
     await asyncio.to_thread(
         docker_client.images.build,
         fileobj=io.BytesIO(dockerfile.encode()),

@@ -81,8 +81,9 @@ async def until_sandbox_up(
 
     deadline = time.monotonic() + within
     while name not in await asyncio.to_thread(names):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no running container for {rollout_id}")
+        status = engine.status(rollout_id)
+        if status.status in TERMINAL or time.monotonic() > deadline:
+            raise AssertionError(f"no running container for {rollout_id}: {status}")
         await asyncio.sleep(0.05)
 
 
