@@ -5,13 +5,14 @@ It imports nothing of trialbox's: it drives any sandbox that satisfies `RelaySan
 """
 
 from relay.outcome import Ending, RelayOutcome, RelayPolicy
-from relay.protocol import ExecOutput, RelaySandbox
+from relay.protocol import ExecOutput, HostStoppable, RelaySandbox
 from relay.supervisor import GroupState, Relay
 
 __all__ = [
     "Ending",
     "ExecOutput",
     "GroupState",
+    "HostStoppable",
     "Relay",
     "RelayOutcome",
     "RelayPolicy",

@@ -7,7 +7,7 @@ imports nothing of trialbox's, so this protocol is its whole view of the world.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class ExecOutput(Protocol):
@@ -18,6 +18,15 @@ class ExecOutput(Protocol):
 
     @property
     def output(self) -> str: ...
+
+
+@runtime_checkable
+class HostStoppable(Protocol):
+    """A sandbox whose processes can be stopped from outside, without an exec inside."""
+
+    async def stop_all_from_host(self) -> bool:
+        """Kill every process but PID 1; False when it could not."""
+        ...
 
 
 class RelaySandbox(Protocol):

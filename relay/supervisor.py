@@ -26,7 +26,7 @@ from relay.launcher import (
     leader_probe_script,
 )
 from relay.outcome import TIMEOUT_EXIT_CODE, Ending, RelayOutcome, RelayPolicy
-from relay.protocol import ExecOutput, RelaySandbox
+from relay.protocol import ExecOutput, HostStoppable, RelaySandbox
 
 log = logging.getLogger(__name__)
 
@@ -242,12 +242,39 @@ class Relay:
                         stop_sec=time.monotonic() - started,
                         detail=f"leader stopped by {signal}",
                     )
+        stopped = await self._stop_from_host(started, budget_end)
+        if stopped is not None:
+            return stopped
         await self._destroy("the leader's stop could not be confirmed", deadline=reserve)
         return RelayOutcome(
             Ending.INFRA_FAILURE,
             sandbox_destroyed=True,
             stop_sec=time.monotonic() - started,
             detail="the leader's stop could not be confirmed; the sandbox was destroyed",
+        )
+
+    async def _stop_from_host(self, started: float, budget_end: float) -> RelayOutcome | None:
+        """When no command runs inside (pids exhausted, say), stop every process from the
+        host, if the sandbox can: the sandbox lives on for the verifier. None when not."""
+        if not isinstance(self.sandbox, HostStoppable) or self._subject is None:
+            return None
+        remaining = max(1.0, budget_end - time.monotonic())
+        try:
+            stopped = await asyncio.wait_for(self.sandbox.stop_all_from_host(), remaining)
+        except Exception as exc:
+            log.warning("relay could not stop the sandbox's processes from the host: %r", exc)
+            return None
+        if not stopped:
+            return None
+        await asyncio.wait({self._subject}, timeout=max(1.0, budget_end - time.monotonic()))
+        if not self._subject_confirmed_gone():
+            return None
+        return RelayOutcome(
+            Ending.TIMEOUT,
+            exit_code=TIMEOUT_EXIT_CODE,
+            stop_sec=time.monotonic() - started,
+            detail="no command could run in the sandbox (its pids exhausted?): every process "
+            "was killed from the host",
         )
 
     # -- host abort: quiesce the whole group, then settle -------------------------------------

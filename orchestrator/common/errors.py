@@ -26,11 +26,31 @@ class TaskError(TrialboxError, ValueError):
 
 
 class ImageBuildError(TrialboxError):
-    """An image could not be built; carries the tail of the build log."""
+    """An image could not be built (the engine's fault, or a timeout): infra. Carries the
+    tail of the build log and the whole of it (`log`), which the trial keeps in its folder."""
 
-    def __init__(self, message: str, log_tail: str = "") -> None:
+    def __init__(self, message: str, log_tail: str = "", *, log: str = "") -> None:
+        self.message = message
         self.log_tail = log_tail
+        self.log = log or log_tail
         super().__init__(f"{message}\n--- last lines of the build log ---\n{log_tail}".rstrip())
+
+
+class TaskBuildError(ImageBuildError):
+    """A step of the task's own Dockerfile failed (a RUN that exits non-zero, a Dockerfile
+    that does not parse): the task is broken, not the machine. Retrying cannot help."""
+
+    category: ClassVar[ErrorCategory] = "validation"
+
+
+class AgentResourceError(TrialboxError):
+    """The agent exhausted its sandbox (memory, pids) or stopped it: the sample counts."""
+
+    category: ClassVar[ErrorCategory] = "agent"
+
+
+class SandboxLostError(TrialboxError):
+    """The sandbox was killed or removed from outside, or the engine stopped answering."""
 
 
 class SandboxError(TrialboxError):

@@ -5,7 +5,7 @@ The trial, the agents, prewarm and reap talk only to these interfaces; each back
 """
 
 from orchestrator.sandbox.backend import Backend, ImageOutcome, ImagePlan, Leftover
-from orchestrator.sandbox.protocol import Capabilities, ExecResult, Sandbox
+from orchestrator.sandbox.protocol import Capabilities, ExecResult, Health, Sandbox
 from orchestrator.sandbox.spec import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL, Mount, SandboxSpec
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "ExecResult",
+    "Health",
     "ImageOutcome",
     "ImagePlan",
     "Leftover",

@@ -33,6 +33,31 @@ class Capabilities(BaseModel):
     )
 
 
+class Health(BaseModel):
+    """What the engine says about a sandbox, read from outside it (no exec needed), so a
+    fault can be put in its true category: the agent's doing, or the engine's and host's."""
+
+    known: bool = Field(True, description="False when the engine did not answer.")
+    exists: bool = True
+    running: bool = True
+    oom_kills: int = Field(0, description="Processes the kernel killed for memory.")
+    died_inside: bool = Field(
+        False, description="The sandbox stopped without the engine being asked to."
+    )
+    stopped_outside: bool = Field(
+        False, description="Someone asked the engine to kill or remove it (not this trial)."
+    )
+    pids_current: int | None = None
+    pids_limit: int | None = None
+
+    @property
+    def pids_exhausted(self) -> bool:
+        """Every pid the sandbox allows is taken (within one: the probe itself needs one)."""
+        if self.pids_current is None or not self.pids_limit:
+            return False
+        return self.pids_current >= self.pids_limit - 1
+
+
 class ExecResult(BaseModel):
     """The outcome of one exec: its exit code and its (capped) merged output."""
 
@@ -88,6 +113,15 @@ class Sandbox(RelaySandbox, Protocol):
 
     async def destroy(self) -> None:
         """Remove the sandbox; idempotent, and finished before a cancel goes on."""
+        ...
+
+    async def health(self, *, pids: bool = False) -> Health:
+        """The engine's view of the sandbox; `pids` also reads the pid count (slower)."""
+        ...
+
+    async def stop_all_from_host(self) -> bool:
+        """Kill every process but PID 1 without running anything inside (a sandbox whose
+        pids are exhausted cannot fork a `kill`); False when this backend cannot."""
         ...
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,12 @@ from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import (
     AgentInfraError,
     AgentSpecError,
+    ImageBuildError,
     RewardFileError,
+    SandboxError,
+    SandboxLostError,
     TrialboxError,
+    VerifierSetupError,
     WorkflowError,
 )
 from orchestrator.common.ids import check_id, new_id
@@ -34,10 +38,12 @@ from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import ride_out_cancels
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelOverride
-from orchestrator.sandbox import Backend, Mount, Sandbox, SandboxSpec
+from orchestrator.sandbox import Backend, Health, ImageOutcome, Mount, Sandbox, SandboxSpec
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.faults import classify, oom_note
+from orchestrator.trials.guarded import GuardedSandbox
 from orchestrator.trials.materialize import Materialized, materialize
 from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
@@ -95,6 +101,7 @@ class Trial:
         )  # fmt: skip
         self.sandbox: Sandbox | None = None
         self.relay_outcome: RelayOutcome | None = None
+        self._health_at_loss: Health | None = None
         self._phase: Phase = "materialize"
         self._ran = False
 
@@ -170,6 +177,21 @@ class Trial:
         await sandbox.upload(skeleton, "/")
         return sandbox
 
+    async def _image(self, staged: Materialized) -> ImageOutcome:
+        """The task's image, built from the trial's checked copy (never from a source that may
+        change); a failed build's whole log is kept in the trial's folder."""
+        copy = self.task.model_copy(update={"path": staged.task_dir})
+        try:
+            built = await self.backend.ensure_image(copy, self.config.base_image_map)
+        except ImageBuildError as exc:
+            where = self.trial_dir / "image-build.log"
+            async with aiofiles.open(where, "w", encoding="utf-8") as out:
+                await out.write(exc.log)
+            exc.args = (f"{exc.args[0]}\n--- the whole build log: {where} ---",)
+            raise
+        self.result.image_tag = built.tag
+        return built
+
     async def _open_model_link(self) -> tuple[Mount, ...]:
         """The gateway slot, opened before the sandbox: its socket folder is mounted."""
         if self.model is None:
@@ -196,7 +218,8 @@ class Trial:
         policy = RelayPolicy(
             term_grace=self.limits.stop_term_grace_sec, kill_grace=self.limits.stop_kill_grace_sec
         )
-        relay = Relay(sandbox, policy=policy, stdout=AGENT_STDOUT, stderr=AGENT_STDERR)
+        guarded = GuardedSandbox(sandbox, lambda: self._before_relay_destroys(sandbox))
+        relay = Relay(guarded, policy=policy, stdout=AGENT_STDOUT, stderr=AGENT_STDERR)
         timeout = self.task.config.agent.timeout_sec
         env = dict(self.config.credentials)
         if self.link is not None:
@@ -213,13 +236,68 @@ class Trial:
                 self.result.agent = _agent_outcome(relay.outcome, time.monotonic() - started)
         assert self.relay_outcome is not None  # run() returned, so the relay decided
         if not self.relay_outcome.scoreable:
-            raise AgentInfraError(f"the agent's sandbox was lost: {self.relay_outcome.detail}")
+            lost = AgentInfraError(f"the agent's sandbox was lost: {self.relay_outcome.detail}")
+            health = self._health_at_loss
+            cause = None if health is None else classify(health, what=str(lost), **self._mem)
+            raise cause or lost
+        health = await sandbox.health()
+        if not (health.exists and health.running):
+            what = f"the agent ended ({self.relay_outcome.exit_code}) with its sandbox"
+            raise classify(health, what=what, **self._mem) or SandboxLostError(what)
+        note = oom_note(health, **self._mem)
+        if note is not None:
+            self.result.warnings.append(note)
+            self.result.agent.detail = "; ".join(filter(None, [self.result.agent.detail, note]))
+
+    async def _before_relay_destroys(self, sandbox: Sandbox) -> None:
+        """The relay fails closed: read the engine's account and save /logs first."""
+        self._health_at_loss = await sandbox.health(pids=True)
+        phase = self._phase
+        try:
+            await self._collect(sandbox)
+        finally:
+            self._phase = phase  # an error now is still the agent phase's
+
+    @property
+    def _mem(self) -> dict[str, int]:
+        return {"memory_mb": self.task.config.environment.memory_mb}
 
     async def _verify(self, sandbox: Sandbox, staged: Materialized) -> None:
         self.result.status = "grading"
         if self._on_grading is not None:
             self._on_grading(self)
-        await run_verifier(sandbox, staged.tests_dir, self.task.config.verifier, self.limits)
+        section = self.task.config.verifier
+        try:
+            run = await run_verifier(sandbox, staged.tests_dir, section, self.limits)
+        except (VerifierSetupError, SandboxError) as exc:
+            if not isinstance(exc, VerifierSetupError) or not await self._free_pids(sandbox):
+                cause = await self._explained(sandbox, exc)
+                if cause is exc:
+                    raise
+                raise cause from exc
+            run = await run_verifier(sandbox, staged.tests_dir, section, self.limits)
+        if run.exit_code is None or run.exit_code >= 128:  # killed: the sandbox too?
+            health = await sandbox.health()
+            if not (health.exists and health.running):
+                what = f"tests/test.sh ended with {run.exit_code}"
+                raise classify(health, what=what, **self._mem) or SandboxLostError(what)
+
+    async def _free_pids(self, sandbox: Sandbox) -> bool:
+        """When the agent's leftovers hold every pid, nothing can run the verifier: stop them
+        from the host (True), so the agent's work is still scored, and say so."""
+        health = await sandbox.health(pids=True)
+        if not health.pids_exhausted or not await sandbox.stop_all_from_host():
+            return False
+        self.result.warnings.append(
+            f"the agent's processes held every pid the sandbox allows ({health.pids_current} "
+            f"of {health.pids_limit}); they were killed from the host so the verifier could run"
+        )
+        return True
+
+    async def _explained(self, sandbox: Sandbox, exc: Exception) -> Exception:
+        """`exc`, or its true cause by the engine's account of the sandbox."""
+        health = await sandbox.health(pids=True)
+        return classify(health, what=str(exc).strip(), **self._mem) or exc
 
     async def _collect(self, sandbox: Sandbox) -> None:
         with self._timed("collect"):
@@ -260,10 +338,7 @@ class Trial:
                 staged = await self._materialize()
                 self.result.task_checksum = staged.checksum
             with self._timed("image"):
-                # Built from the trial's checked copy, never from a source that may change.
-                copy = self.task.model_copy(update={"path": staged.task_dir})
-                built = await self.backend.ensure_image(copy, self.config.base_image_map)
-                self.result.image_tag = built.tag
+                built = await self._image(staged)
             with self._timed("start"):
                 sandbox = await self._start(staged, built.tag)
             with self._timed("agent"):
@@ -287,19 +362,17 @@ class Trial:
     async def _finish(
         self, staged: Materialized | None, verified: bool, cancelled: bool, started: float
     ) -> None:
-        """Collect, score, tear down, write the result: each step bounded, none skipped
-        because an earlier one failed. A host abort skips collecting: the sandbox goes now."""
+        """Collect, score, tear down, write the result: each step bounded and guarded, none
+        skipped because an earlier one failed. A host abort skips collecting: the sandbox
+        goes now."""
         sandbox = self.sandbox
         if sandbox is not None and not sandbox.destroyed and staged is not None and not cancelled:
-            try:
-                await asyncio.wait_for(self._collect(sandbox), self.limits.collect_sec)
-            except Exception as exc:
-                self._fail(exc, "collect")
-        await self._keep_model_record()
+            await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
+        await self._guarded("agent", self._keep_model_record())
         if not cancelled and staged is not None:
             if verified and self.result.error is None:
-                await self._score(staged)
-            await self._judge_agent_report(staged)
+                await self._guarded("verify", self._score(staged))
+            await self._guarded("agent", self._judge_agent_report(staged))
         try:
             await asyncio.wait_for(self._teardown(), self.limits.teardown_sec)
         except Exception as exc:
@@ -312,13 +385,25 @@ class Trial:
             self.result.agent.termination = self.result.agent.termination or "aborted"
         else:
             self.result.status = "success" if self.result.rewards else "failure"
+        await self._guarded("teardown", self._release_model())
+        self.result.timings.total = time.monotonic() - started
+        self.result.finished_at = _now()
+        await self._write_result()
+
+    async def _guarded(
+        self, phase: Phase, step: Coroutine[Any, Any, None], limit: float | None = None
+    ) -> None:
+        """Run one finishing step; whatever it raises is recorded, and the next step runs."""
+        try:
+            await asyncio.wait_for(step, limit)
+        except Exception as exc:
+            self._fail(exc, phase)
+
+    async def _release_model(self) -> None:
         if self.link is not None:
             await self.link.release()
         if self._own_gateway and self._gateway is not None:
             await self._gateway.aclose()
-        self.result.timings.total = time.monotonic() - started
-        self.result.finished_at = _now()
-        await self._write_result()
 
     async def _keep_model_record(self) -> None:
         """The gateway's record and the trajectory made from it, in the trial's folder."""

@@ -40,9 +40,9 @@ def test_run_prints_the_job_as_json_and_exits_zero(docker_ready, tmp_path: Path)
 def test_run_exits_three_when_a_trial_failed_for_infra_reasons(
     docker_ready, tmp_path: Path, make_task
 ) -> None:
-    task = make_task(
-        "unbuildable", dockerfile=f"FROM {OFFICIAL_IMAGE}\nRUN echo {uuid.uuid4().hex} && false\n"
-    )
+    # A base image that is nowhere (no registry here): the machine's problem, not the task's.
+    missing = f"trialbox-nowhere/{uuid.uuid4().hex[:12]}:missing"
+    task = make_task("unbuildable", dockerfile=f"FROM {missing}\n")
     done = trialbox(*mapped("run", str(task), "--jobs-dir", str(tmp_path / "jobs")))
 
     assert done.returncode == 3, done.stdout + done.stderr

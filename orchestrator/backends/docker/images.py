@@ -13,7 +13,6 @@ import hashlib
 import io
 import time
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -28,7 +27,12 @@ from orchestrator.backends.docker.dockerfile import (
 )
 from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse, runtime_wheel
 from orchestrator.common.archive import tar_of_files
-from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, TaskError
+from orchestrator.common.errors import (
+    ImageBuildError,
+    SandboxNotFoundError,
+    TaskBuildError,
+    TaskError,
+)
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import ImageOutcome
 from orchestrator.tasks.task import Task
@@ -37,6 +41,7 @@ from orchestrator.tasks.tree import read_tree
 TOOLS_REPO = "trialbox-tools"
 TASK_REPO = "trialbox-env"
 LOG_TAIL_LINES = 40
+LOG_CAP_CHARS = 4 * 1024 * 1024
 _TOOLS_DOCKERFILE = b"FROM scratch\nCOPY uv /uv\nCOPY wheels /wheels\n"
 T = TypeVar("T")
 
@@ -64,9 +69,22 @@ class BuildPlan:
         return self.context["Dockerfile"][0].decode()
 
 
+# Errors of the task's own Dockerfile, as the engine words them; anything else (the engine,
+# the network, a missing base image) is not the task's fault.
+_TASK_FAULTS = ("returned a non-zero code", "dockerfile parse error", "unknown instruction")
+
+
+def _build_failed(plan: BuildPlan, why: str, lines: list[str]) -> ImageBuildError:
+    tail = "\n".join(lines[-LOG_TAIL_LINES:])
+    full = "\n".join(lines)[-LOG_CAP_CHARS:]
+    if any(fault in why.lower() for fault in _TASK_FAULTS):
+        return TaskBuildError(f"building {plan.tag}: {why}", tail, log=full)
+    return ImageBuildError(f"building {plan.tag} failed: {why}", tail, log=full)
+
+
 def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> None:
     api = docker_api.docker_client().api
-    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    lines: list[str] = []
     stream = api.build(
         fileobj=io.BytesIO(tar_of_files(plan.context)),
         custom_context=True,
@@ -80,12 +98,12 @@ def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> None:
     )
     for chunk in stream:
         if "stream" in chunk:
-            tail.extend(line for line in chunk["stream"].splitlines() if line.strip())
+            lines.extend(line for line in chunk["stream"].splitlines() if line.strip())
         if "error" in chunk:
-            tail.append(chunk["error"].strip())
-            raise ImageBuildError(f"building {plan.tag} failed", "\n".join(tail))
+            lines.append(chunk["error"].strip())
+            raise _build_failed(plan, chunk["error"].strip(), lines)
     if not _image_exists_blocking(plan.tag):
-        raise ImageBuildError(f"building {plan.tag} ended without an image", "\n".join(tail))
+        raise _build_failed(plan, "the build ended without an image", lines)
 
 
 def _image_exists_blocking(tag: str) -> bool:

@@ -17,6 +17,10 @@ from docker.types import Mount as DockerMount
 
 from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.backends.docker import api as docker_api
+from orchestrator.backends.docker.inspection import (
+    health_blocking,
+    stop_all_from_host_blocking,
+)
 from orchestrator.common.archive import extract_stream, tar_of_files
 from orchestrator.common.errors import (
     SandboxConflictError,
@@ -26,7 +30,7 @@ from orchestrator.common.errors import (
 )
 from orchestrator.common.limits import Limits
 from orchestrator.common.shielding import ride_out_cancels
-from orchestrator.sandbox import Capabilities, ExecResult, SandboxSpec
+from orchestrator.sandbox import Capabilities, ExecResult, Health, SandboxSpec
 
 
 def _bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
@@ -48,7 +52,7 @@ while True:
     try:
         os.wait()
     except ChildProcessError:
-        time.sleep(1)
+        time.sleep(0.05)
 """
 NETWORK_MODES = frozenset({"none", "bridge", "host"})
 CAPABILITIES = Capabilities(network_modes=NETWORK_MODES, gpus=False, host_mounts=True)
@@ -61,6 +65,7 @@ class DockerSandbox:
         self.container_id = container_id
         self.spec = spec
         self.limits = limits or Limits()
+        self.created_at = time.time()
         self._destroy_task: asyncio.Task[None] | None = None
 
     @property
@@ -209,6 +214,27 @@ class DockerSandbox:
             f"download {path} from {self.container_id[:12]}",
             self._download_blocking, path, dest, file_cap,
         )  # fmt: skip
+
+    # -- from outside ---------------------------------------------------------------------------
+
+    async def health(self, *, pids: bool = False) -> Health:
+        """The engine's account (events, state, and with `pids` the pid count): no exec."""
+        try:
+            return await docker_api.call(
+                f"inspect container {self.container_id[:12]}",
+                health_blocking, self.container_id, self.created_at, pids,
+            )  # fmt: skip
+        except SandboxError:
+            return Health(known=False)
+
+    async def stop_all_from_host(self) -> bool:
+        try:
+            return await docker_api.call(
+                f"stop the processes of {self.container_id[:12]} from the host",
+                stop_all_from_host_blocking, self.container_id,
+            )  # fmt: skip
+        except SandboxError:
+            return False
 
     # -- teardown -----------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from orchestrator.common.errors import SandboxError, SandboxNotFoundError
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import ride_out_cancels
-from orchestrator.sandbox import Capabilities, ExecResult, SandboxSpec
+from orchestrator.sandbox import Capabilities, ExecResult, Health, SandboxSpec
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -171,6 +171,20 @@ class FakeSandbox:
         except FileNotFoundError as exc:
             raise SandboxNotFoundError(f"{what}: not found ({exc.strerror})") from exc
         return await run_blocking(write_capped, archive, dest, file_cap=file_cap)
+
+    # -- from outside ---------------------------------------------------------------------------
+
+    async def health(self, *, pids: bool = False) -> Health:
+        """The scripted health (`Faults.health`), else a sandbox that is simply there."""
+        scripted = self.scripts.faults.health
+        if scripted is not None:
+            return scripted
+        return Health(exists=self._present, running=self._present)
+
+    async def stop_all_from_host(self) -> bool:
+        """Every process ends at once, as SIGKILL from the host would."""
+        self.processes.end_all()
+        return True
 
     # -- teardown -----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from orchestrator.backends.fake.shell import Shell
 from orchestrator.backends.fake.state import ShellState
 from orchestrator.backends.fake.users import Identity
+from orchestrator.sandbox import Health
 
 if TYPE_CHECKING:
     from orchestrator.backends.fake.sandbox import FakeSandbox
@@ -65,6 +66,7 @@ class Faults:
     download_fails: bool = False
     destroy_fails: bool = False  # the sandbox stays, listed as a leftover
     leader_ignores_term: bool = False  # a timed-out agent needs KILL
+    health: Health | None = None  # what the engine would say (an OOM, a kill from outside)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,103 @@
+"""Looking at a container from outside: its health by the engine's account, and stopping
+its processes without running anything inside it.
+
+Both work when nothing can run inside the container (every pid taken, the memory full):
+the engine's event log says whether the container ran out of memory, died on its own or was
+killed by someone through the engine; the host's /proc reaches its processes directly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import docker.errors
+
+from orchestrator.backends.docker import api as docker_api
+from orchestrator.sandbox import Health
+
+HOST_STOP_ROUNDS = 20  # a fork loop may refill what was freed: kill again, a bounded number
+
+
+def health_blocking(container_id: str, since: float, pids: bool) -> Health:
+    """The engine's account of the container since `since` (its creation, epoch seconds)."""
+    api = docker_api.docker_client().api
+    try:
+        state = api.inspect_container(container_id).get("State") or {}
+    except docker.errors.NotFound:
+        return Health(exists=False, running=False, stopped_outside=_removed_by_engine(
+            container_id, since))  # fmt: skip
+    events = list(
+        api.events(
+            since=int(since) - 1, until=int(time.time()) + 1,
+            filters={"container": container_id, "type": "container"}, decode=True,
+        )
+    )  # fmt: skip
+    actions = [e.get("Action", "") for e in events]
+    died = "die" in actions
+    killed = any(a == "kill" or a.startswith("kill") for a in actions)
+    health = Health(
+        running=bool(state.get("Running")),
+        oom_kills=actions.count("oom") + (1 if state.get("OOMKilled") else 0),
+        died_inside=died and not killed,
+        stopped_outside=killed,
+    )
+    if pids and health.running:
+        stats = api.stats(container_id, stream=False)
+        pid_stats = stats.get("pids_stats") or {}
+        health.pids_current = pid_stats.get("current")
+        health.pids_limit = pid_stats.get("limit")
+    return health
+
+
+def _removed_by_engine(container_id: str, since: float) -> bool:
+    api = docker_api.docker_client().api
+    events = api.events(
+        since=int(since) - 1, until=int(time.time()) + 1,
+        filters={"container": container_id, "type": "container"}, decode=True,
+    )  # fmt: skip
+    return any(e.get("Action") in ("destroy", "kill") for e in events)
+
+
+def _engine_is_local() -> bool:
+    host = os.environ.get("DOCKER_HOST", "")
+    return host == "" or host.startswith("unix://")
+
+
+def _ours(pid: int, container_id: str) -> bool:
+    """The host process `pid` belongs to the container (its cgroup names it): never kill a
+    process of this host by mistake when pids are from another namespace."""
+    try:
+        return container_id in Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+
+
+def stop_all_from_host_blocking(container_id: str) -> bool:
+    """SIGKILL every process of the container but its PID 1, from the host; True once only
+    PID 1 is left. False when the engine is not local (its pids are not ours to signal)."""
+    if not _engine_is_local():
+        return False
+    api = docker_api.docker_client().api
+    init = (api.inspect_container(container_id).get("State") or {}).get("Pid")
+    if not init or not _ours(init, container_id):
+        return False
+    for _ in range(HOST_STOP_ROUNDS):
+        listed = api.top(container_id, ps_args="-o pid,stat").get("Processes") or []
+        # Zombies hold a pid until PID 1 reaps them (it does, within 50 ms): not ours to kill.
+        others = [
+            int(row[0]) for row in listed
+            if len(row) > 1 and int(row[0]) != init and not row[1].startswith("Z")
+        ]  # fmt: skip
+        if not others:
+            return True
+        for pid in others:
+            if _ours(pid, container_id):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.05)
+    return False

@@ -1,0 +1,46 @@
+"""Whose fault was it? The category of a sandbox failure, from the engine's account.
+
+For an RL trainer the category is the data: `infra` is discarded and retried, `agent` counts.
+So a sandbox that broke is judged from outside (the engine's events and state, no exec):
+the agent exhausting its sandbox (memory, every pid) is the agent's doing and counts; the
+sandbox killed or removed through the engine, or an engine that does not answer, is infra.
+"""
+
+from __future__ import annotations
+
+from orchestrator.common.errors import AgentResourceError, SandboxLostError, TrialboxError
+from orchestrator.sandbox import Health
+
+
+def oom_note(health: Health, memory_mb: int) -> str | None:
+    """A warning for memory kills that did not end the trial (the agent went on, say)."""
+    if health.oom_kills <= 0:
+        return None
+    return (
+        f"the sandbox ran out of memory: the kernel's OOM killer acted ({health.oom_kills} "
+        f"event(s); the task allows memory_mb={memory_mb})"
+    )
+
+
+def classify(health: Health, *, what: str, memory_mb: int) -> TrialboxError | None:
+    """The true cause of `what` failing, or None when the engine's account explains nothing
+    (the original error then stands)."""
+    if not health.known:
+        return SandboxLostError(f"{what}: the engine did not answer about the sandbox")
+    if health.oom_kills > 0 and (health.died_inside or not health.running):
+        return AgentResourceError(
+            f"{what}: the sandbox ran out of memory ({health.oom_kills} OOM kill(s); the task "
+            f"allows memory_mb={memory_mb})"
+        )
+    if health.pids_exhausted:
+        return AgentResourceError(
+            f"{what}: the agent's processes hold every pid the sandbox allows "
+            f"({health.pids_current} of {health.pids_limit})"
+        )
+    if health.stopped_outside or not health.exists:
+        return SandboxLostError(
+            f"{what}: the sandbox was killed or removed from outside (not by this trial)"
+        )
+    if health.died_inside:
+        return AgentResourceError(f"{what}: the sandbox stopped from inside")
+    return None
