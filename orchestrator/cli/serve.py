@@ -17,9 +17,27 @@ from orchestrator.cli.common import (
     print_error,
 )
 from orchestrator.service.engine import DEFAULT_RETENTION_SEC
+from orchestrator.service.rollouts import MAX_BODY_BYTES, MAX_METADATA_BYTES
 from orchestrator.tasks.task import discover_tasks
 
 TOKEN_ENV = "TRIALBOX_ADMIN_TOKEN"
+TENANT_TOKENS_ENV = "TRIALBOX_TENANT_TOKENS"
+
+
+def tenant_tokens(env_value: str | None, flags: list[str]) -> dict[str, str]:
+    """PREFIX=TOKEN pairs from `TRIALBOX_TENANT_TOKENS` ('p1=t1,p2=t2') and the repeated
+    `--tenant-token PREFIX=TOKEN`; a prefix given twice, or a pair without `=`, is an error."""
+    pairs = [p for p in (env_value or "").split(",") if p.strip()] + flags
+    tokens: dict[str, str] = {}
+    for pair in pairs:
+        prefix, sep, token = pair.strip().partition("=")
+        if not sep or not prefix or not token.strip():
+            # The pair may be a bare token: never echo it.
+            raise ValueError("each tenant token is given as PREFIX=TOKEN; one is not")
+        if prefix in tokens:
+            raise ValueError(f"tenant prefix {prefix!r} is given twice")
+        tokens[prefix] = token.strip()
+    return tokens
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -27,7 +45,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "serve",
         help="serve rollouts over HTTP: submit, status, cancel",
         description="Serve POST /rollouts (202, or 429 with Retry-After when full), "
-        "GET /rollouts/{id}, POST /rollouts/cancel and GET /healthz.",
+        "GET /rollouts/{id} (?wait=N: a long poll), POST /rollouts/cancel and GET /healthz; "
+        "POST /rollout, GET /rollout/{id}/status and POST /rollout/cancel are aliases. "
+        f"Cancel is guarded by ${TOKEN_ENV} and tenant tokens (README, 'Serving rollouts').",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--task", type=Path, help="template mode: the task every rollout runs")
@@ -81,6 +101,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="let requests route their model calls to an upstream URL under PREFIX "
         "(repeatable; the host's model key is sent there)",
     )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        help=f"larger request bodies are answered 413 (default: {MAX_BODY_BYTES})",
+    )
+    parser.add_argument(
+        "--max-metadata-bytes",
+        type=int,
+        default=MAX_METADATA_BYTES,
+        help=f"a rollout's metadata larger than this as JSON is answered 413 "
+        f"(default: {MAX_METADATA_BYTES})",
+    )
+    parser.add_argument(
+        "--tenant-token",
+        action="append",
+        default=[],
+        metavar="PREFIX=TOKEN",
+        help="a bearer token that may cancel rollouts whose id starts with PREFIX, and only "
+        f"those (repeatable; also ${TENANT_TOKENS_ENV}='p1=t1,p2=t2')",
+    )
     add_config_options(parser)
     add_model_options(parser)
     parser.set_defaults(handler=handle)
@@ -99,6 +140,14 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.max_queue_depth is not None and args.max_queue_depth < 1:
         print_error(console, "--max-queue-depth must be at least 1 (omit it for no bound)")
         return 1
+    if args.max_body_bytes < 1 or args.max_metadata_bytes < 1:
+        print_error(console, "--max-body-bytes and --max-metadata-bytes must be at least 1")
+        return 1
+    try:
+        tenants = tenant_tokens(os.environ.get(TENANT_TOKENS_ENV), args.tenant_token)
+    except ValueError as exc:
+        print_error(console, str(exc))
+        return 1
     engine = TrialEngine(
         n_concurrent=args.n_concurrent, max_queue_depth=args.max_queue_depth,
         config=config_of(args), agent=args.agent, task=args.task, tasks_dir=args.tasks_dir,
@@ -108,15 +157,22 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.prewarm:
         source = args.task or args.tasks_dir
         prewarm_tasks = discover_tasks(source) if source else []
-    app = create_app(
-        engine,
-        admin_token=os.environ.get(TOKEN_ENV),
-        prewarm_tasks=prewarm_tasks,
-        drain_sec=args.drain_sec,
-        agents=args.allow_agent,
-        task_paths=args.allow_task_paths,
-        model_urls=args.allow_model_url,
-    )
+    try:
+        app = create_app(
+            engine,
+            admin_token=os.environ.get(TOKEN_ENV),
+            tenant_tokens=tenants,
+            prewarm_tasks=prewarm_tasks,
+            drain_sec=args.drain_sec,
+            agents=args.allow_agent,
+            task_paths=args.allow_task_paths,
+            model_urls=args.allow_model_url,
+            max_body_bytes=args.max_body_bytes,
+            max_metadata_bytes=args.max_metadata_bytes,
+        )
+    except ValueError as exc:
+        print_error(console, str(exc))
+        return 1
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0

@@ -4,6 +4,10 @@ An RL trainer oversamples rollouts and aborts the surplus once it has enough; wi
 those trials keep holding sandboxes. `abort(scope)` cancels every live rollout whose id starts
 with `scope` or whose session_id equals it, in every engine of this process, and leaves other
 scopes' trials running. It may be called from any thread, including a trainer's own loop.
+
+The scope is also tombstoned in each engine for its `abort_tombstone_sec` (60 s by default):
+a surplus rollout of that scope submitted after the abort (a request already on its way) is
+refused with `RolloutTombstoned` and never starts; its id reads `cancelled`.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ def abort(scope: str, timeout_sec: float = 10.0) -> dict[str, Disposition]:
 
     The cancellations are host aborts through the relay: each trial ends as cancelled and its
     sandbox is removed. This returns once the cancellations are requested, not finished.
+    Rollouts of `scope` submitted afterwards, within each engine's `abort_tombstone_sec`,
+    are refused (the tombstone is recorded first, so none slips in between).
     """
     if not scope:
         raise ValueError("abort needs a non-empty scope; cancel everything with cancel(all=True)")
     dispositions: dict[str, Disposition] = {}
     for engine in engines():
+        engine.tombstone_scope(scope)
         loop = engine.loop
         if loop is None or loop.is_closed():
             continue

@@ -4,6 +4,14 @@ It holds `n_concurrent` slots and a bounded waiting line. Submitting returns at 
 raises `QueueFull` with a retry-after hint, so a trainer is told to back off instead of work
 silently piling up. Finished rollouts stay queryable for a retention window; cancelling a
 running rollout is a host abort through the relay, so nothing is left behind.
+
+A rollout id runs at most once while the engine remembers it. Submitting an id that is live
+raises `DuplicateRollout`; one that finished within retention raises `RolloutFinished`
+carrying its outcome (it does not run again). A cancel by ids that names an id the engine
+does not know leaves a tombstone (bounded in count, kept for the retention window), and
+`abort(scope)` tombstones its scope for `abort_tombstone_sec`: a submit that arrives after
+either raises `RolloutTombstoned`, and its id reads `cancelled`. `watch` is the long poll:
+it returns once a rollout's status changes, woken by the engine's own transitions.
 """
 
 from __future__ import annotations
@@ -11,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
+import time
 import weakref
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,8 +38,11 @@ from orchestrator.service.rollouts import (
     DuplicateRollout,
     EngineClosed,
     QueueFull,
+    RolloutFinished,
     RolloutRequest,
     RolloutStatus,
+    RolloutTombstoned,
+    TooManyLongPolls,
 )
 from orchestrator.service.ttl_cache import TtlCache
 from orchestrator.tasks.task import Task, load_task, resolve_task_id
@@ -40,8 +54,69 @@ from orchestrator.trials.trial import Trial
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_SEC = 15 * 60
+DEFAULT_ABORT_TOMBSTONE_SEC = 60.0
+DEFAULT_MAX_TOMBSTONES = 10_000
+DEFAULT_MAX_LONG_POLLS = 1024
+MAX_ABORTED_SCOPES = 1024
 CALLBACK_DRAIN_SEC = 30.0
+FINAL = frozenset({"success", "failure", "cancelled"})
 _engines: weakref.WeakSet[TrialEngine] = weakref.WeakSet()
+
+
+class _Expiring:
+    """Keys kept for `ttl_sec` each and at most `max_items` of them (the oldest go first).
+
+    Thread-safe: `abort` records scopes from the trainer's thread while the engine's loop
+    reads them.
+    """
+
+    def __init__(self, ttl_sec: float, max_items: int, clock: Callable[[], float]) -> None:
+        self.ttl_sec = ttl_sec
+        self.max_items = max_items
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[float, RolloutStatus | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _prune(self) -> None:
+        now = self._clock()
+        while self._items:
+            key, (expires, _) = next(iter(self._items.items()))
+            if expires > now:
+                break
+            del self._items[key]
+
+    def set(self, key: str, value: RolloutStatus | None = None) -> None:
+        if self.ttl_sec <= 0 or self.max_items <= 0:
+            return
+        with self._lock:
+            self._prune()
+            self._items.pop(key, None)
+            self._items[key] = (self._clock() + self.ttl_sec, value)
+            while len(self._items) > self.max_items:
+                self._items.popitem(last=False)
+
+    def get(self, key: str) -> RolloutStatus | None:
+        with self._lock:
+            self._prune()
+            item = self._items.get(key)
+            return None if item is None else item[1]
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            self._prune()
+            return list(self._items)
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._prune()
+            return len(self._items)
+
+
+def _cancelled(rollout_id: str, why: str) -> RolloutStatus:
+    """The status document of a rollout that will not run."""
+    return RolloutStatus(
+        rollout_id=rollout_id, status="cancelled", error=why, finished_at=datetime.now(UTC)
+    )
 
 
 @dataclass
@@ -75,7 +150,16 @@ class TrialEngine:
         retention_sec: float = DEFAULT_RETENTION_SEC,
         backend: Backend | None = None,
         job_id: str | None = None,
+        abort_tombstone_sec: float = DEFAULT_ABORT_TOMBSTONE_SEC,
+        max_tombstones: int = DEFAULT_MAX_TOMBSTONES,
+        max_long_polls: int = DEFAULT_MAX_LONG_POLLS,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        """`abort_tombstone_sec`: how long `abort(scope)` keeps later submits of its scope
+        from starting (0: not at all). `max_tombstones`: how many ids cancelled before their
+        submit (or refused by an abort) are remembered, each for `retention_sec`.
+        `max_long_polls`: long polls (`watch`) held at once. `clock`: the monotonic clock of
+        retention and tombstones (tests step it)."""
         if n_concurrent < 1:
             raise ValueError("n_concurrent must be at least 1")
         if max_queue_depth is not None and max_queue_depth < 1:
@@ -90,7 +174,19 @@ class TrialEngine:
         self.job_id = check_id(job_id or new_id("serve"), "job id")
         self._slots = asyncio.Semaphore(n_concurrent)
         self._live: dict[str, _Rollout] = {}
-        self._finished: TtlCache[RolloutStatus] = TtlCache(retention_sec)
+        self._finished: TtlCache[RolloutStatus] = (
+            TtlCache(retention_sec) if clock is None else TtlCache(retention_sec, clock=clock)
+        )
+        if abort_tombstone_sec < 0 or max_tombstones < 0 or max_long_polls < 0:
+            raise ValueError("abort_tombstone_sec, max_tombstones and max_long_polls must be >= 0")
+        clock = clock or time.monotonic
+        self.retention_sec = retention_sec
+        self.abort_tombstone_sec = abort_tombstone_sec
+        self.max_long_polls = max_long_polls
+        self._tombstones = _Expiring(retention_sec, max_tombstones, clock)
+        self._aborted = _Expiring(abort_tombstone_sec, MAX_ABORTED_SCOPES, clock)
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._n_long_polls = 0
         self._tasks: dict[Path, Task] = {}
         self._agents: dict[str, Agent] = {}
         self._closed = False
@@ -112,16 +208,60 @@ class TrialEngine:
         return max(1, min(300, math.ceil(self._mean_trial_sec * line / self.n_concurrent)))
 
     def _admit(self, request: RolloutRequest) -> None:
-        """Refuse a rollout the engine cannot take now: closing, a duplicate id, a full queue."""
+        """Refuse a rollout the engine will not take: an id it knows (live, tombstoned or
+        finished), closing, a scope aborted lately, a full queue."""
+        rollout_id = request.rollout_id
+        if rollout_id in self._live:
+            raise DuplicateRollout(
+                f"rollout {rollout_id!r} is still in flight", self.status(rollout_id)
+            )
+        tombstone = self._tombstones.get(rollout_id)
+        if tombstone is not None:
+            raise RolloutTombstoned(
+                f"rollout {rollout_id!r} will not run: {tombstone.error}", tombstone
+            )
+        finished = self._finished.get(rollout_id)
+        if finished is not None:
+            raise RolloutFinished(
+                f"rollout {rollout_id!r} already finished ({finished.status}); it does not run "
+                "again",
+                finished,
+            )
         if self._closed:
             raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
-        if request.rollout_id in self._live:
-            raise DuplicateRollout(f"rollout {request.rollout_id!r} is still in flight")
+        scope = self._aborted_scope(request)
+        if scope is not None:
+            why = (
+                f"its scope {scope!r} was aborted; rollouts of an aborted scope submitted within "
+                f"{self.abort_tombstone_sec:g} s of the abort do not start"
+            )
+            tombstone = self._bury(rollout_id, why)
+            raise RolloutTombstoned(f"rollout {rollout_id!r} will not run: {why}", tombstone)
         if self.max_queue_depth is None:
             return
         would_wait = max(0, len(self._live) + 1 - self.n_concurrent)
         if would_wait > self.max_queue_depth:
             raise QueueFull(self._retry_after(), self.waiting)
+
+    def _aborted_scope(self, request: RolloutRequest) -> str | None:
+        for scope in self._aborted.keys():
+            if request.rollout_id.startswith(scope) or request.session_id == scope:
+                return scope
+        return None
+
+    def _bury(self, rollout_id: str, why: str) -> RolloutStatus:
+        """Tombstone an id: it reads `cancelled` and a submit of it is refused."""
+        tombstone = _cancelled(rollout_id, why)
+        self._tombstones.set(rollout_id, tombstone)
+        self._notify(rollout_id)
+        return tombstone
+
+    def tombstone_scope(self, scope: str) -> None:
+        """For `abort_tombstone_sec`, refuse rollouts whose id starts with `scope` or whose
+        session_id equals it (`abort` calls this; safe from any thread)."""
+        if not scope:
+            raise ValueError("a tombstone needs a non-empty scope")
+        self._aborted.set(scope)
 
     def _task_path(self, request: RolloutRequest) -> Path:
         if request.task_id is not None:
@@ -174,7 +314,14 @@ class TrialEngine:
         task: Task | None = None,
         agent: Agent | None = None,
     ) -> str:
-        """Accept a rollout (it runs when a slot frees) or raise QueueFull / EngineClosed.
+        """Accept a rollout (it runs when a slot frees) and return its id, or refuse it.
+
+        Refusals, all before anything runs: `DuplicateRollout` (the id is live; `.status` is
+        its live status); `RolloutFinished` (a `DuplicateRollout`: the id finished within
+        retention; `.status` is its outcome, and it is not run again); `RolloutTombstoned`
+        (a cancel by its id, or an `abort` of its scope, came first; `.status` reads
+        cancelled); `EngineClosed`; `QueueFull` (retry after `.retry_after` s); `ValueError`
+        / `TaskError` for a request it cannot run.
 
         `task` and `agent` skip loading when the caller has them already (run_job does). The
         rollout's trial id is derived from its rollout id (`ids.trial_id_for`).
@@ -195,6 +342,7 @@ class TrialEngine:
         rollout.runner = asyncio.create_task(self._drive(rollout), name=request.rollout_id)
         # A runner cancelled before its first step never enters _drive: settle it here.
         rollout.runner.add_done_callback(lambda _task: self._settle_if_live(rollout))
+        self._notify(request.rollout_id)
         return request.rollout_id
 
     async def wait(self, rollout_id: str) -> TrialResult:
@@ -207,6 +355,7 @@ class TrialEngine:
     # -- the run ------------------------------------------------------------------------------
 
     def _grading(self, rollout: _Rollout) -> None:
+        self._notify(rollout.request.rollout_id)
         self._callback(rollout, "workflow_complete", "grading")
 
     def _callback(self, rollout: _Rollout, event: CallbackEvent, status: str,
@@ -243,6 +392,7 @@ class TrialEngine:
                     metadata=request.metadata, attempt=rollout.attempt,
                     on_grading=lambda _trial: self._grading(rollout),
                 )  # fmt: skip
+                self._notify(request.rollout_id)  # queued -> running
                 result = await rollout.trial.run()
         except asyncio.CancelledError:
             result = rollout.trial.result if rollout.trial is not None else None
@@ -296,20 +446,73 @@ class TrialEngine:
         )  # fmt: skip
         if not rollout.done.done():
             rollout.done.set_result(result)
+        self._notify(rollout_id)
         self._callback(rollout, "grader_complete", result.status, result)
 
     # -- status and cancel --------------------------------------------------------------------
 
     def status(self, rollout_id: str) -> RolloutStatus:
-        """queued / running / grading while live; the outcome while retained; else unknown."""
+        """queued / running / grading while live; the outcome while retained; cancelled while
+        tombstoned; else unknown."""
         rollout = self._live.get(rollout_id)
         if rollout is not None:
             state = "queued" if rollout.trial is None else rollout.trial.result.status
-            if state in ("success", "failure", "cancelled"):
+            if state in FINAL:
                 state = "grading"  # outcome known, result still being written: not final yet
             return RolloutStatus(rollout_id=rollout_id, status=state)
         finished = self._finished.get(rollout_id)
-        return finished or RolloutStatus(rollout_id=rollout_id, status="unknown")
+        if finished is not None:
+            return finished
+        tombstone = self._tombstones.get(rollout_id)
+        return tombstone or RolloutStatus(rollout_id=rollout_id, status="unknown")
+
+    # -- long poll ----------------------------------------------------------------------------
+
+    def _notify(self, rollout_id: str) -> None:
+        """Wake the long polls of `rollout_id`: its status may have changed."""
+        for waiter in self._waiters.pop(rollout_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def watch(self, rollout_id: str, wait_sec: float) -> RolloutStatus:
+        """The long poll: the status once it differs from the status now, or after `wait_sec`
+        seconds, whichever comes first. A settled outcome (success, failure, cancelled) is
+        returned at once: only its expiry could change it. Woken by the engine's transitions
+        (submitted, slot taken, grading, settled, tombstoned), never by polling. Raises
+        `TooManyLongPolls` past `max_long_polls` long polls at once.
+        """
+        first = self.status(rollout_id)
+        if wait_sec <= 0 or (first.status in FINAL and first.finished_at is not None):
+            return first
+        if self._n_long_polls >= self.max_long_polls:
+            raise TooManyLongPolls(f"{self._n_long_polls} long polls are waiting; poll again")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_sec
+        self._n_long_polls += 1
+        try:
+            while True:
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._waiters.setdefault(rollout_id, set()).add(waiter)
+                try:
+                    await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    return self.status(rollout_id)
+                finally:
+                    waiting = self._waiters.get(rollout_id)
+                    if waiting is not None:
+                        waiting.discard(waiter)
+                        if not waiting:
+                            del self._waiters[rollout_id]
+                now = self.status(rollout_id)
+                if now.status != first.status or self._closed or loop.time() >= deadline:
+                    return now
+        finally:
+            self._n_long_polls -= 1
+
+    @property
+    def long_polls(self) -> int:
+        """Long polls (`watch`) waiting now."""
+        return self._n_long_polls
 
     def _select(
         self, ids: Iterable[str] | None, prefix: str | None, everything: bool, session: str | None
@@ -327,6 +530,13 @@ class TrialEngine:
         assert prefix is not None
         return [i for i in self._live if i.startswith(prefix)], []
 
+    def _tombstone_missing(self, missing: list[str]) -> None:
+        """Ids cancelled before their submit: neither live nor finished. The late submit is
+        refused, so a cancel that overtakes its submit still stops the rollout."""
+        for rollout_id in missing:
+            if self._finished.get(rollout_id) is None:
+                self._bury(rollout_id, "cancelled by id before it was submitted")
+
     def cancel_nowait(
         self,
         *,
@@ -334,11 +544,23 @@ class TrialEngine:
         prefix: str | None = None,
         all: bool = False,
         session_id: str | None = None,
+        within: str | None = None,
     ) -> dict[str, Disposition]:
-        """Cancel by exactly one selector; returns at once with a disposition per rollout."""
+        """Cancel by exactly one selector; returns at once with a disposition per rollout.
+
+        `within`, when given, narrows any selector to ids that start with it (a tenant's
+        prefix): others are left alone, and named ids outside it read `not_found`. An id that
+        is neither live nor finished reads `not_found` and is tombstoned: a later submit of
+        it is refused (`RolloutTombstoned`) for the retention window.
+        """
         if sum([ids is not None, prefix is not None, all, session_id is not None]) != 1:
             raise ValueError("give exactly one selector: ids, prefix, all or session_id")
         live, missing = self._select(ids, prefix, all, session_id)
+        if within is not None:
+            live = [i for i in live if i.startswith(within)]
+            self._tombstone_missing([i for i in missing if i.startswith(within)])
+        else:
+            self._tombstone_missing(missing)
         dispositions: dict[str, Disposition] = dict.fromkeys(missing, "not_found")
         for rollout_id in live:
             rollout = self._live[rollout_id]
@@ -356,11 +578,14 @@ class TrialEngine:
         prefix: str | None = None,
         all: bool = False,
         session_id: str | None = None,
+        within: str | None = None,
         wait: bool = True,
     ) -> dict[str, Disposition]:
         """`cancel_nowait`, then (by default) wait until those rollouts have torn down."""
         runners = {i: r.runner for i, r in self._live.items() if r.runner is not None}
-        dispositions = self.cancel_nowait(ids=ids, prefix=prefix, all=all, session_id=session_id)
+        dispositions = self.cancel_nowait(
+            ids=ids, prefix=prefix, all=all, session_id=session_id, within=within
+        )
         if wait:
             chosen = [runners[i] for i in dispositions if i in runners]
             if chosen:
@@ -383,6 +608,8 @@ class TrialEngine:
         if self._gateway is not None:
             await self._gateway.aclose()
             self._gateway = None
+        for rollout_id in list(self._waiters):  # long polls answer now: nothing more changes
+            self._notify(rollout_id)
 
     async def __aenter__(self) -> TrialEngine:
         return self

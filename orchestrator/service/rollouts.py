@@ -1,4 +1,5 @@
-"""The contracts of the rollout service: requests, status documents, cancel dispositions."""
+"""The contracts of the rollout service: requests, status documents, cancel dispositions,
+the refusals of `TrialEngine.submit`, and the server's size and wait bounds."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ from orchestrator.gateway.settings import ModelOverride
 from orchestrator.trials.result import TrialStatus
 
 Disposition = Literal["cancelled_queued", "cancelled_running", "not_found"]
+
+MAX_BODY_BYTES = 1 << 20
+"""A request body larger than this is answered 413 (`--max-body-bytes`)."""
+MAX_METADATA_BYTES = 256 << 10
+"""A rollout whose metadata is larger than this as JSON is answered 413 (`--max-metadata-bytes`)."""
+MAX_WAIT_SEC = 25.0
+"""The longest long poll (`GET /rollouts/{id}?wait=N`): every answer comes within it, so a
+proxy that cuts slow responses may sit in between."""
 
 
 class RolloutRequest(BaseModel):
@@ -73,19 +82,25 @@ class RolloutStatus(BaseModel):
 
 
 class CancelRequest(BaseModel):
-    """Exactly one selector: ids, a prefix, or all."""
+    """Exactly one selector: ids, a prefix, a session, or all."""
 
     model_config = ConfigDict(extra="forbid")
 
     ids: list[str] | None = None
     prefix: str | None = Field(None, min_length=1)
+    session_id: str | None = Field(None, min_length=1, max_length=128)
     all: bool | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CancelRequest:
-        given = [self.ids is not None, self.prefix is not None, bool(self.all)]
+        given = [
+            self.ids is not None,
+            self.prefix is not None,
+            self.session_id is not None,
+            bool(self.all),
+        ]
         if sum(given) != 1:
-            raise ValueError("give exactly one selector: ids, prefix, or all: true")
+            raise ValueError("give exactly one selector: ids, prefix, session_id, or all: true")
         return self
 
 
@@ -102,6 +117,37 @@ class EngineClosed(TrialboxError):
 
 
 class DuplicateRollout(TrialboxError, ValueError):
-    """A rollout with this id is still in flight."""
+    """A rollout with this id is still in flight; `status` is its live status document."""
 
     category = "validation"
+
+    def __init__(self, message: str, status: RolloutStatus | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class RolloutFinished(DuplicateRollout):
+    """A rollout with this id already finished and is still retained: `status` is its outcome.
+
+    Submitting it again does not run it again, so a client that retries a submit whose answer
+    it lost learns the outcome instead.
+    """
+
+
+class RolloutTombstoned(TrialboxError, ValueError):
+    """The rollout may not start: a cancel by its id, or an `abort` of its scope, came first.
+
+    `status` is the document its id reads from now on (`cancelled`, with the reason).
+    """
+
+    category = "validation"
+
+    def __init__(self, message: str, status: RolloutStatus) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class TooManyLongPolls(TrialboxError):
+    """The engine holds as many long polls (`watch`) as it allows; poll again in a moment."""
+
+    retry_after = 1

@@ -1,72 +1,267 @@
 """`trialbox serve`: the rollout engine over HTTP (FastAPI; install the `serve` extra).
 
-POST /rollouts answers 202 or 429 with Retry-After; GET /rollouts/{id} is the status document
-(with model usage); GET /rollouts/{id}/trajectory the finished rollout's ATIF trajectory;
-POST /rollouts/cancel takes exactly one selector; GET /healthz. On shutdown the server stops
-accepting, drains for a bounded time, then host-aborts what is left.
+Routes. POST /rollouts answers 202 or 429 with Retry-After; GET /rollouts/{id} is the status
+document (with model usage), and with `?wait=N` (0 < N <= 25) a long poll; GET
+/rollouts/{id}/trajectory the finished rollout's ATIF trajectory; POST /rollouts/cancel takes
+exactly one selector; GET /healthz. For clients written against the other spelling, POST
+/rollout, GET /rollout/{id}/status and POST /rollout/cancel are the same routes. On shutdown
+the server stops accepting, drains for a bounded time, then host-aborts what is left.
+
+The promises:
+
+- Sizes. A request body over `max_body_bytes` (1 MiB) is answered 413 naming the limit: at
+  once when its Content-Length says so (nothing of it is read), else as soon as the bytes
+  read pass the limit (a chunked body is counted as it streams). A rollout whose `metadata`
+  is over `max_metadata_bytes` (256 KiB) as compact UTF-8 JSON is answered 413 naming it.
+- Submit is idempotent per rollout id. An id in flight answers 409 with its live status; an
+  id that finished within retention answers 200 with its status document and is not run
+  again; an id tombstoned (below) answers 409, its document reading `cancelled`.
+- Tombstones. A cancel by ids that names an id the engine does not know (not live, not
+  finished) answers `not_found` and tombstones it for the retention window (at most
+  `max_tombstones` ids, the oldest forgotten first): its late submit is refused with 409
+  and it reads `cancelled`. `abort(scope)` tombstones its scope in the same way (see abort.py).
+- Long poll. `?wait=N` answers as soon as the status differs from the one the request found,
+  or after N seconds with the status then; a settled outcome is answered at once. Over 25
+  is 422; past the engine's `max_long_polls` long polls at once, 429 with Retry-After: 1.
+- Cancel authorization. Tokens are bearer tokens (`Authorization: Bearer TOKEN`), compared
+  in constant time. With no admin token and no tenant tokens configured, every selector
+  (ids, prefix, session_id, all) is open, as before. As soon as any token is configured,
+  every cancel needs one (no header, or a token that is none of them: 401):
+  * the admin token (`TRIALBOX_ADMIN_TOKEN`) may use every selector;
+  * a tenant token (`--tenant-token PREFIX=TOKEN`, `TRIALBOX_TENANT_TOKENS`) covers the
+    rollout ids that start with its PREFIX: `ids` all within it (any outside: 403, nothing
+    cancelled, and only ids within it are ever tombstoned); a `prefix` that starts with its
+    PREFIX (else 403); a `session_id`, which cancels only that session's rollouts within its
+    PREFIX; never `all` (403).
+  Submit and status need no token.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import aiofiles
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import FastAPI, Header, HTTPException, Query
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestrator.common.errors import TaskError, TrialboxError
 from orchestrator.common.ids import ROLLOUT_ID_PATTERN
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.prewarm import prewarm
 from orchestrator.service.rollouts import (
+    MAX_BODY_BYTES,
+    MAX_METADATA_BYTES,
+    MAX_WAIT_SEC,
     CancelRequest,
     DuplicateRollout,
     EngineClosed,
     QueueFull,
+    RolloutFinished,
     RolloutRequest,
     RolloutStatus,
+    RolloutTombstoned,
+    TooManyLongPolls,
 )
 from orchestrator.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
+RolloutId = Annotated[str, PathParam(pattern=ROLLOUT_ID_PATTERN)]
 
-def _authorized(configured: str | None, header: str | None) -> bool:
-    if configured is None:
-        return True
-    scheme, _, given = (header or "").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(given.strip().encode(), configured.encode())
+
+# -- request size ----------------------------------------------------------------------------
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `max_bytes` is answered 413 without reading on.
+
+    A Content-Length over the limit is refused before any of the body is read; otherwise the
+    body is read (and counted) here, at most `max_bytes` plus one chunk, and handed on whole.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, status: int,
+                      detail: str) -> None:  # fmt: skip
+        # The rest of the body stays unread: the connection cannot be reused, so say so.
+        response = JSONResponse({"detail": detail}, status, headers={"connection": "close"})
+        await response(scope, receive, send)
+
+    def _too_large(self) -> str:
+        return f"the request body is larger than the limit of {self.max_bytes} bytes"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        lengths = [v for k, v in scope["headers"] if k.lower() == b"content-length"]
+        if lengths:
+            try:
+                declared = max(int(v) for v in lengths)
+            except ValueError:
+                await self._refuse(scope, receive, send, 400, "a malformed Content-Length")
+                return
+            if declared > self.max_bytes:
+                await self._refuse(scope, receive, send, 413, self._too_large())
+                return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left: nobody to answer
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await self._refuse(scope, receive, send, 413, self._too_large())
+                return
+            if not message.get("more_body", False):
+                break
+        handed = False
+
+        async def replay() -> Message:
+            nonlocal handed
+            if not handed:
+                handed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+# -- tokens ----------------------------------------------------------------------------------
+
+
+class Caller(NamedTuple):
+    """Who sent a cancel: `open` (no token is configured), `admin`, or a tenant's prefix."""
+
+    kind: str
+    prefix: str | None = None
+
+
+def _digest(token: str) -> bytes:
+    # Fixed-length digests, so compare_digest does not even reveal a token's length.
+    return hashlib.sha256(token.encode()).digest()
+
+
+class Tokens:
+    """The admin token and the tenants' tokens (prefix -> token), checked in constant time."""
+
+    def __init__(self, admin: str | None, tenants: Mapping[str, str]) -> None:
+        admin = admin.strip() if admin and admin.strip() else None
+        seen: dict[str, str] = {}
+        for prefix, token in tenants.items():
+            if not re.fullmatch(ROLLOUT_ID_PATTERN, prefix):
+                raise ValueError(f"tenant prefix {prefix!r} is not the start of a rollout id")
+            token = token.strip()
+            if not token:
+                raise ValueError(f"tenant {prefix!r} has an empty token")
+            if token == admin or token in seen:
+                raise ValueError(f"tenant {prefix!r} shares its token with another holder")
+            seen[token] = prefix
+        self._admin = _digest(admin) if admin is not None else None
+        self._tenants = [(prefix, _digest(token)) for token, prefix in seen.items()]
+
+    @property
+    def guarded(self) -> bool:
+        return self._admin is not None or bool(self._tenants)
+
+    def caller(self, authorization: str | None) -> Caller:
+        """Who this is; raises 401 when tokens are configured and none of them was given."""
+        if not self.guarded:
+            return Caller("open")
+        scheme, _, given = (authorization or "").partition(" ")
+        digest = _digest(given.strip())
+        bearer = scheme.lower() == "bearer" and bool(given.strip())
+        # Every configured token is compared, whichever matches, so timing tells nothing.
+        is_admin = self._admin is not None and hmac.compare_digest(digest, self._admin)
+        tenant = None
+        for prefix, expected in self._tenants:
+            if hmac.compare_digest(digest, expected):
+                tenant = prefix
+        if bearer and is_admin:
+            return Caller("admin")
+        if bearer and tenant is not None:
+            return Caller("tenant", tenant)
+        raise HTTPException(
+            401,
+            "cancelling needs a bearer token on this server: the admin token, or a tenant's "
+            "token for its own prefix",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def _scope_of(caller: Caller, request: CancelRequest) -> str | None:
+    """The prefix a tenant's cancel is held within; 403 for a selector outside it."""
+    if caller.kind != "tenant":
+        return None
+    own = caller.prefix
+    assert own is not None
+    if request.all:
+        raise HTTPException(
+            403, f"cancelling all rollouts needs the admin token; this token covers {own!r} only"
+        )
+    if request.prefix is not None and not request.prefix.startswith(own):
+        raise HTTPException(
+            403, f"prefix {request.prefix!r} is outside {own!r}, the prefix this token covers"
+        )
+    outside = [i for i in request.ids or () if not i.startswith(own)]
+    if outside:
+        raise HTTPException(
+            403, f"ids outside {own!r}, the prefix this token covers: {outside[:5]}; none was "
+            "cancelled",
+        )  # fmt: skip
+    return own
+
+
+# -- the app ---------------------------------------------------------------------------------
+
+
+def _document(status: RolloutStatus, **extra: Any) -> dict[str, Any]:
+    return {**extra, **status.model_dump(mode="json")}
 
 
 def create_app(
     engine: TrialEngine,
     *,
     admin_token: str | None = None,
+    tenant_tokens: Mapping[str, str] | None = None,
     prewarm_tasks: Sequence[Task | str | Path] = (),
     drain_sec: float = 30.0,
     agents: Collection[str] = (),
     task_paths: bool = False,
     model_urls: Collection[str] = (),
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_metadata_bytes: int = MAX_METADATA_BYTES,
 ) -> FastAPI:
-    """An app serving `engine`. `admin_token` (stripped) guards cancel-all.
+    """An app serving `engine`.
 
-    A request may pick the engine's default agent or one listed in `agents`, and a task
-    folder by path only when `task_paths` is set: otherwise a client could make the server
-    read any host path (a task folder, a workflow file) into a sandbox. A request may route
-    its model calls to another upstream only under a prefix in `model_urls`: the gateway
-    sends the host's model key there.
+    `admin_token` (stripped) and `tenant_tokens` (prefix -> token) guard cancel as the module
+    docstring says; a token shared by two holders, or a prefix that cannot start a rollout
+    id, is a ValueError. A request may pick the engine's default agent or one listed in
+    `agents`, and a task folder by path only when `task_paths` is set: otherwise a client
+    could make the server read any host path (a task folder, a workflow file) into a sandbox.
+    A request may route its model calls to another upstream only under a prefix in
+    `model_urls`: the gateway sends the host's model key there. Bodies over
+    `max_body_bytes` and metadata over `max_metadata_bytes` (as JSON) are answered 413.
     """
-    token = admin_token.strip() if admin_token and admin_token.strip() else None
+    if max_body_bytes < 1 or max_metadata_bytes < 1:
+        raise ValueError("max_body_bytes and max_metadata_bytes must be at least 1")
+    tokens = Tokens(admin_token, tenant_tokens or {})
     allowed_agents = {engine.default_agent, *agents}
 
     def check_request(request: RolloutRequest) -> None:
@@ -97,10 +292,18 @@ def create_app(
         await engine.shutdown(drain_sec)
 
     app = FastAPI(title="trialbox", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
 
     @app.post("/rollouts", status_code=202)
+    @app.post("/rollout", status_code=202)
     async def submit(request: RolloutRequest) -> Any:
         check_request(request)
+        size = _json_size(request.metadata)
+        if size > max_metadata_bytes:
+            raise HTTPException(
+                413,
+                f"metadata is {size} bytes of JSON; the limit is {max_metadata_bytes} bytes",
+            )
         try:
             rollout_id = await engine.submit(request)
         except QueueFull as exc:
@@ -109,23 +312,41 @@ def create_app(
                 content={"detail": str(exc), "retry_after": exc.retry_after},
                 headers={"Retry-After": str(exc.retry_after)},
             )
+        except RolloutFinished as exc:  # a retry: its outcome, and it does not run again
+            assert exc.status is not None
+            return JSONResponse(_document(exc.status), status_code=200)
+        except (DuplicateRollout, RolloutTombstoned) as exc:
+            content = {"detail": str(exc)}
+            if exc.status is not None:
+                content = _document(exc.status, detail=str(exc))
+            return JSONResponse(content, status_code=409)
         except EngineClosed as exc:
             raise HTTPException(503, str(exc)) from exc
-        except DuplicateRollout as exc:
-            raise HTTPException(409, str(exc)) from exc
         except (TaskError, ValueError) as exc:
             raise HTTPException(422, str(exc)) from exc
         return {"rollout_id": rollout_id, "status": "queued"}
 
     @app.get("/rollouts/{rollout_id}")
+    @app.get("/rollout/{rollout_id}/status")
     async def status(
-        rollout_id: Annotated[str, PathParam(pattern=ROLLOUT_ID_PATTERN)],
+        rollout_id: RolloutId,
+        wait: Annotated[
+            float | None,
+            Query(ge=0, le=MAX_WAIT_SEC, description="long poll: answer on a change, or at N s"),
+        ] = None,
     ) -> RolloutStatus:
-        return engine.status(rollout_id)
+        if not wait:
+            return engine.status(rollout_id)
+        try:
+            return await engine.watch(rollout_id, wait)
+        except TooManyLongPolls as exc:
+            raise HTTPException(
+                429, str(exc), headers={"Retry-After": str(exc.retry_after)}
+            ) from exc
 
     @app.get("/rollouts/{rollout_id}/trajectory")
     async def trajectory(
-        rollout_id: Annotated[str, PathParam(pattern=ROLLOUT_ID_PATTERN)],
+        rollout_id: RolloutId,
     ) -> Any:
         """The rollout's ATIF trajectory (with token ids when the upstream gave them)."""
         found = engine.status(rollout_id)
@@ -141,19 +362,21 @@ def create_app(
             raise HTTPException(404, f"rollout {rollout_id!r} has no trajectory") from exc
 
     @app.post("/rollouts/cancel")
+    @app.post("/rollout/cancel")
     async def cancel(
         request: CancelRequest, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
-        if request.all and not _authorized(token, authorization):
-            raise HTTPException(401, "cancelling all rollouts needs the admin bearer token")
+        caller = tokens.caller(authorization)
         if request.ids is not None:
             bad = [i for i in request.ids if not re.fullmatch(ROLLOUT_ID_PATTERN, i)]
             if bad:
                 raise HTTPException(422, f"invalid rollout ids: {bad[:5]}")
+        within = _scope_of(caller, request)
         try:
-            dispositions = await engine.cancel(
-                ids=request.ids, prefix=request.prefix, all=bool(request.all), wait=False
-            )
+            dispositions = engine.cancel_nowait(
+                ids=request.ids, prefix=request.prefix, all=bool(request.all),
+                session_id=request.session_id, within=within,
+            )  # fmt: skip
         except TrialboxError as exc:
             raise HTTPException(500, str(exc)) from exc
         return {"dispositions": dispositions}
