@@ -33,8 +33,11 @@ from orchestrator.service.rollouts import (
     DuplicateRollout,
     EngineClosed,
     QueueFull,
+    RolloutFinished,
     RolloutRequest,
     RolloutStatus,
+    RolloutTombstoned,
+    TooManyLongPolls,
 )
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.config import TrialConfig
@@ -72,8 +75,10 @@ __all__ = [
     "PrewarmRow",
     "QueueFull",
     "RewardFileError",
+    "RolloutFinished",
     "RolloutRequest",
     "RolloutStatus",
+    "RolloutTombstoned",
     "Sampling",
     "Sandbox",
     "SandboxError",
@@ -81,6 +86,7 @@ __all__ = [
     "Task",
     "TaskError",
     "Timings",
+    "TooManyLongPolls",
     "TrialConfig",
     "TrialEngine",
     "TrialError",

@@ -287,10 +287,11 @@ async def test_cancelling_a_finished_rollout_is_not_found_and_keeps_its_outcome(
         {"ids": [], "all": True},
         {"ids": ["x"], "prefix": "x", "all": True},
         {"prefix": ""},
-        {"session_id": "s"},
+        {"session_id": "s", "prefix": "x"},
+        {"colour": "blue"},
     ],
     ids=["none", "all-false", "ids+prefix", "prefix+all", "ids+all", "three", "empty-prefix",
-         "unknown-field"],
+         "session+prefix", "unknown-field"],
 )  # fmt: skip
 async def test_cancel_needs_exactly_one_selector(
     make_engine: MakeEngine, body: dict[str, Any]
@@ -380,9 +381,10 @@ async def test_admin_token_guards_cancel_all(
             assert refused.status_code == 401, (headers, refused.text)
         assert (await status_of(client, "guarded-1"))["status"] == "running"  # untouched
 
-        # Selecting by ids or prefix needs no token; nothing matches these.
-        assert await cancel(client, {"ids": ["other"]}) == {"other": "not_found"}
-        assert await cancel(client, {"prefix": "other-"}) == {}
+        # With a token configured, selecting by ids or prefix needs one too.
+        for body in ({"ids": ["other"]}, {"prefix": "other-"}):
+            refused = await client.post("/rollouts/cancel", json=body)
+            assert refused.status_code == 401, (body, refused.text)
 
         assert await cancel(client, {"all": True}, Authorization="Bearer s3cret-token") == {
             "guarded-1": "cancelled_running"
