@@ -1,0 +1,156 @@
+"""Faults in and around the sandbox, each landing in its true category, against the real
+engine: what the agent does to its own sandbox counts (`agent`), or is survived and scored;
+what happens to the sandbox from outside is `infra`. Every case writes a result.json and
+leaves no container (the conftest's leak check)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator import Limits, TrialConfig, TrialResult, run_trial
+from tests.conftest import DEFAULT_DOCKERFILE, MakeTask
+
+pytestmark = pytest.mark.docker
+
+WRITES_ANSWER = '#!/bin/sh\n[ "$(cat /app/answer.txt)" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'  # noqa: E501
+QUICK_STOP = Limits(stop_term_grace_sec=2, stop_kill_grace_sec=2)
+
+
+def task_toml(*, agent_timeout: float = 60, pids: int = 1024, memory_mb: int = 512) -> str:
+    return (
+        f"[agent]\ntimeout_sec = {agent_timeout}\n[verifier]\ntimeout_sec = 60\n"
+        f"[environment]\npids_limit = {pids}\nmemory_mb = {memory_mb}\n"
+    )
+
+
+def written(result: TrialResult) -> dict:
+    """The result as written to disk: every case must have one."""
+    return json.loads((Path(result.trial_dir) / "result.json").read_text())
+
+
+def python_agent(code: str) -> str:
+    return "command:exec /opt/trialbox/venv/bin/python -c " + shlex.quote(code)
+
+
+async def test_an_agent_holding_every_pid_past_its_timeout_is_stopped_and_still_scored(
+    config: TrialConfig, make_task: MakeTask
+) -> None:
+    """No command can run in the sandbox (no `kill`, no verifier): the relay stops every
+    process from the host, the pids are free again, and the agent's answer is verified."""
+    hog = (
+        "import subprocess, time\n"
+        "open('/app/answer.txt', 'w').write('42')\n"
+        "procs = []\n"
+        "while True:\n"
+        "    try: procs.append(subprocess.Popen(['sleep', '300']))\n"
+        "    except OSError: break\n"
+        "time.sleep(300)\n"
+    )
+    task = make_task(task_toml=task_toml(agent_timeout=5, pids=48), test_sh=WRITES_ANSWER)
+    quick = config.model_copy(update={"limits": QUICK_STOP})
+    result = await run_trial(task, python_agent(hog), config=quick)
+    assert (result.status, result.reward, result.error) == ("success", 1.0, None)
+    assert result.agent.termination == "timeout"
+    assert "killed from the host" in result.agent.detail
+    assert written(result)["reward"] == 1.0
+
+
+async def test_leftover_processes_holding_every_pid_are_killed_so_the_verifier_runs(
+    config: TrialConfig, make_task: MakeTask
+) -> None:
+    leave = (
+        "import subprocess\n"
+        "open('/app/answer.txt', 'w').write('42')\n"
+        "while True:\n"
+        "    try: subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        "    except OSError: break\n"
+    )
+    task = make_task(task_toml=task_toml(pids=48), test_sh=WRITES_ANSWER)
+    result = await run_trial(task, python_agent(leave), config=config)
+    assert (result.status, result.reward) == ("success", 1.0)
+    assert result.agent.termination == "exited"
+    assert any("held every pid" in w for w in result.warnings), result.warnings
+
+
+async def test_an_agent_that_runs_out_of_memory_is_warned_about_and_scored(
+    config: TrialConfig, make_task: MakeTask
+) -> None:
+    hog = "x = []\nwhile True: x.append(bytearray(32 * 1024 * 1024))\n"
+    task = make_task(task_toml=task_toml(memory_mb=128), test_sh=WRITES_ANSWER)
+    agent = "command:echo 42 > /app/answer.txt; /opt/trialbox/venv/bin/python -c " + shlex.quote(
+        hog
+    )
+    result = await run_trial(task, agent, config=config)
+    assert (result.status, result.reward) == ("success", 1.0)
+    assert result.agent.exit_code == 137
+    assert any("out of memory" in w for w in result.warnings), result.warnings
+    assert "memory_mb=128" in result.agent.detail
+
+
+@pytest.mark.parametrize("signal", ["TERM", "KILL", "INT", "HUP"])
+async def test_an_agent_cannot_stop_its_own_sandbox_with_kill_1(
+    config: TrialConfig, make_task: MakeTask, signal: str
+) -> None:
+    task = make_task(test_sh=WRITES_ANSWER)
+    agent = f"command:kill -{signal} 1; sleep 1; echo 42 > /app/answer.txt"
+    result = await run_trial(task, agent, config=config)
+    assert (result.status, result.reward, result.error) == ("success", 1.0, None)
+
+
+async def _kill_when(
+    client: docker.DockerClient, name: str, marker: str, within: float = 60
+) -> None:
+    """Kill the container `name` through the engine once `marker` exists in it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        try:
+            container = await asyncio.to_thread(client.containers.get, name)
+            probe = await asyncio.to_thread(container.exec_run, f"test -e {marker}")
+        except (docker.errors.NotFound, docker.errors.APIError):
+            continue
+        if probe.exit_code == 0:
+            await asyncio.to_thread(container.kill)
+            return
+    raise AssertionError(f"{marker} never appeared in {name}")
+
+
+@pytest.mark.parametrize("when", ["agent", "verifier"])
+async def test_a_sandbox_killed_from_outside_is_infra(
+    config: TrialConfig, make_task: MakeTask, docker_client: docker.DockerClient, when: str
+) -> None:
+    test_sh = "#!/bin/sh\ntouch /tmp/verifying\nsleep 60\necho 1 > /logs/verifier/reward.txt\n"
+    task = make_task(test_sh=test_sh)
+    agent = "command:touch /tmp/working; sleep 60" if when == "agent" else "nop"
+    marker = "/tmp/working" if when == "agent" else "/tmp/verifying"
+    trial_id = f"killed-{when}"
+    killer = asyncio.ensure_future(_kill_when(docker_client, f"trialbox-{trial_id}", marker))
+    result = await run_trial(task, agent, config=config, trial_id=trial_id)
+    await killer
+    assert result.status == "failure"
+    assert result.error is not None
+    assert (result.error.category, result.error.type) == ("infra", "SandboxLostError")
+    assert result.error.phase == ("agent" if when == "agent" else "verify")
+    assert "from outside" in result.error.message
+    assert result.reward is None and written(result)["error"]["discardable"] is True
+
+
+async def test_a_failing_dockerfile_step_is_validation_with_its_whole_build_log_kept(
+    config: TrialConfig, make_task: MakeTask
+) -> None:
+    dockerfile = DEFAULT_DOCKERFILE + "RUN echo step-output-7d1f && exit 3\n"
+    task = make_task(dockerfile=dockerfile)
+    result = await run_trial(task, "nop", config=config)
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("validation", "image")
+    assert "returned a non-zero code: 3" in result.error.message
+    log = Path(result.trial_dir) / "image-build.log"
+    assert str(log) in result.error.message
+    assert "step-output-7d1f" in log.read_text()
