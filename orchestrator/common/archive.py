@@ -107,13 +107,15 @@ def _safe_target(dest: Path, name: str) -> Path | None:
     return dest.joinpath(*parts)
 
 
-def extract_stream(chunks: Iterable[bytes], dest: Path, *, file_cap: int = DEFAULT_FILE_CAP) -> int:
+def extract_stream(
+    chunks: Iterable[bytes], dest: Path, *, file_cap: int = DEFAULT_FILE_CAP
+) -> list[str]:
     """Extract regular files and dirs from a tar stream into `dest`, each file cut at `file_cap`.
 
     Links and special files are skipped (a sandbox must not plant a symlink on the host).
-    Returns the number of files that were truncated.
+    Returns the files that were cut, as paths relative to `dest`.
     """
-    truncated = 0
+    truncated: list[str] = []
     reader = io.BufferedReader(_ChunkReader(iter(chunks)), buffer_size=1 << 20)
     with tarfile.open(fileobj=reader, mode="r|") as archive:
         for member in archive:
@@ -138,5 +140,5 @@ def extract_stream(chunks: Iterable[bytes], dest: Path, *, file_cap: int = DEFAU
                     remaining -= len(block)
                 if member.size > file_cap:
                     out.write(TRUNCATION_NOTE % file_cap)
-                    truncated += 1
+                    truncated.append(target.relative_to(dest).as_posix())
     return truncated

@@ -106,9 +106,9 @@ class Sandbox(RelaySandbox, Protocol):
         """Write one file (absolute `path`) with this mode and numeric owner."""
         ...
 
-    async def download(self, path: str, dest: Path, *, file_cap: int) -> int:
+    async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
         """Copy `path` into the host folder `dest`, each file cut at `file_cap` bytes;
-        returns how many files were cut."""
+        returns the files that were cut, relative to `dest`."""
         ...
 
     async def destroy(self) -> None:

@@ -61,7 +61,7 @@ class GuardedSandbox:
     ) -> None:
         await self.inner.upload_file(path, data, mode=mode, owner=owner)
 
-    async def download(self, path: str, dest: Path, *, file_cap: int) -> int:
+    async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
         return await self.inner.download(path, dest, file_cap=file_cap)
 
     async def health(self, *, pids: bool = False) -> Health:

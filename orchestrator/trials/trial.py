@@ -102,6 +102,7 @@ class Trial:
         self.sandbox: Sandbox | None = None
         self.relay_outcome: RelayOutcome | None = None
         self._health_at_loss: Health | None = None
+        self._cut: set[str] = set()  # collected files cut at the cap, relative to trial_dir
         self._phase: Phase = "materialize"
         self._ran = False
 
@@ -301,8 +302,11 @@ class Trial:
 
     async def _collect(self, sandbox: Sandbox) -> None:
         with self._timed("collect"):
-            await sandbox.download(
-                paths.LOGS_DIR, self.trial_dir, file_cap=self.limits.log_file_cap_bytes
+            cap = self.limits.log_file_cap_bytes
+            cut = await sandbox.download(paths.LOGS_DIR, self.trial_dir, file_cap=cap)
+            self._cut.update(cut)
+            self.result.warnings.extend(
+                f"{name} was cut at {cap} bytes (Limits.log_file_cap_bytes)" for name in cut
             )
             if self.scrubber:
                 await run_blocking(self.scrubber.tree, self.trial_dir / "logs")
@@ -315,6 +319,13 @@ class Trial:
 
     async def _score(self, staged: Materialized) -> None:
         try:
+            for name in ("reward.json", "reward.txt"):
+                if f"logs/verifier/{name}" in self._cut:
+                    raise RewardFileError(
+                        f"{paths.VERIFIER_DIR}/{name}",
+                        f"cut at the collection cap ({self.limits.log_file_cap_bytes} bytes): "
+                        "a reward file holds a few numbers; the verifier wrote something else",
+                    )
             rewards = await score(staged.logs_dir)
         except RewardFileError as exc:
             self._fail(exc, "verify")

@@ -259,7 +259,7 @@ def test_extract_stream_caps_big_members(tmp_path: Path) -> None:
     data = tar_with([member("logs/big.txt", big), member("logs/small.txt", b"small")])
     truncated = extract_stream(chunked(data), tmp_path, file_cap=1000)
 
-    assert truncated == 1
+    assert truncated == ["logs/big.txt"]
     assert (tmp_path / "logs/big.txt").read_bytes() == b"x" * 1000 + TRUNCATION_NOTE % 1000
     assert (tmp_path / "logs/small.txt").read_bytes() == b"small"
 
@@ -279,7 +279,7 @@ def test_extract_stream_skips_links_and_escapes(tmp_path: Path) -> None:
             member("logs/ok.txt", b"ok"),
         ]
     )
-    assert extract_stream(chunked(data, 512), dest) == 0
+    assert extract_stream(chunked(data, 512), dest) == []
 
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "dest",

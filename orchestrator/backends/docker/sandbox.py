@@ -199,16 +199,16 @@ class DockerSandbox:
         """Write one file (absolute `path`) with this mode and numeric owner."""
         await self.upload(tar_of_files({path.lstrip("/"): data}, mode=mode, owner=owner), "/")
 
-    def _download_blocking(self, path: str, dest: Path, file_cap: int) -> int:
+    def _download_blocking(self, path: str, dest: Path, file_cap: int) -> list[str]:
         dest.mkdir(parents=True, exist_ok=True)
         api = docker_api.docker_client().api
         stream, _stat = api.get_archive(self.container_id, path, chunk_size=1 << 20)
         return extract_stream(stream, dest, file_cap=file_cap)
 
-    async def download(self, path: str, dest: Path, *, file_cap: int) -> int:
+    async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
         """Copy `path` from the container into the host folder `dest`, each file capped.
 
-        Returns how many files were truncated.
+        Returns the files that were cut (relative to `dest`).
         """
         return await docker_api.call_once(
             f"download {path} from {self.container_id[:12]}",

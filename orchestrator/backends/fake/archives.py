@@ -48,9 +48,9 @@ def tar_of(files: FakeFiles, path: str) -> bytes:
     return tar_of_files(contents, dirs=dirs)
 
 
-def write_capped(archive: bytes, dest: Path, *, file_cap: int) -> int:
+def write_capped(archive: bytes, dest: Path, *, file_cap: int) -> list[str]:
     """Unpack a tar made by `tar_of` into the host folder `dest`, each file cut at `file_cap`
-    with the archive module's note; returns how many files were cut. Blocking host work:
+    with the archive module's note; returns the files cut. Blocking host work:
     run it off the loop."""
     dest.mkdir(parents=True, exist_ok=True)
     return extract_stream([archive], dest, file_cap=file_cap)

@@ -160,8 +160,8 @@ class FakeSandbox:
         await asyncio.sleep(0)
         self.files.put(path, data, mode=mode, owner=owner)
 
-    async def download(self, path: str, dest: Path, *, file_cap: int) -> int:
-        """Copy `path` into the host folder `dest`, each file capped; returns how many were cut."""
+    async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
+        """Copy `path` into the host folder `dest`, each file capped; returns the files cut."""
         what = f"download {path} from {self.name}"
         self._check_present(what)
         if self.scripts.faults.download_fails:
