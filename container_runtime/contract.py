@@ -115,21 +115,37 @@ def read_model(path: PathArg, model_cls: Type[ModelT]) -> ModelT:
     return model_cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
 
 
+def _shown(value: Any) -> str:
+    """``value`` for an error message, in full (a cut could leave part of a secret the
+    orchestrator's scrubber then cannot recognise), except an int too long for a float: its
+    digits are counted, as its repr can be thousands of characters or fail outright."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1024:
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        return f"an integer of about {digits} digits"
+    return repr(value)
+
+
 def check_reward(name: Any, value: Any) -> float:
     """Return ``value`` as a float, or raise if the orchestrator could not use it.
 
     ``bool`` is refused although it is an ``int``: ``True`` as a reward is almost always a
-    grader bug (a comparison stored instead of a score).
+    grader bug (a comparison stored instead of a score). A number ``float()`` cannot hold (an
+    int of hundreds of digits overflows) is refused like an infinite one.
     """
     if not isinstance(name, str) or not name:
-        raise InvalidRewardError(f"reward names must be non-empty strings, got {name!r}")
+        raise InvalidRewardError(f"reward names must be non-empty strings, got {_shown(name)}")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidRewardError(
-            f"reward {name!r} must be a number, got {type(value).__name__} {value!r}"
+            f"reward {name!r} must be a number, got {type(value).__name__} {_shown(value)}"
         )
-    number = float(value)
+    try:
+        number = float(value)
+    except (OverflowError, ValueError, TypeError) as exc:
+        raise InvalidRewardError(
+            f"reward {name!r} must be a finite number a float can hold, got {_shown(value)} ({exc})"
+        ) from exc
     if not math.isfinite(number):
-        raise InvalidRewardError(f"reward {name!r} must be finite, got {value!r}")
+        raise InvalidRewardError(f"reward {name!r} must be finite, got {_shown(value)}")
     return number
 
 

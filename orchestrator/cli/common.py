@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 from pathlib import Path
+from types import TracebackType
 
 from rich.console import Console
 from rich.markup import escape
@@ -14,6 +17,61 @@ from orchestrator.tasks.task import Task, discover_tasks, load_task, resolve_tas
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
 
 EXIT_INFRA = 3
+# SIGINT, SIGTERM and SIGHUP all stop `trialbox run` the way Ctrl-C does; it then exits with
+# the shell's code for the signal, 128 + its number: 130, 143, 129.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def signal_exit_code(signum: int) -> int:
+    return 128 + signum
+
+
+class CancelOnSignal:
+    """While open, the first of SIGINT, SIGTERM or SIGHUP cancels `task`; later ones only say
+    that teardown is still under way.
+
+    The handlers run as loop callbacks (`loop.add_signal_handler`), never inside whatever
+    frame the signal interrupted: the task gets one ordinary cancel and its teardown (trials
+    cancelled, result.json written, containers removed) runs to the end. A second Ctrl-C does
+    not raise KeyboardInterrupt mid-teardown, as asyncio's own handler would.
+    """
+
+    def __init__(self, task: asyncio.Task[object], console: Console, *, job_id: str) -> None:
+        self.task = task
+        self.console = console
+        self.job_id = job_id
+        self.received: int | None = None
+
+    def __enter__(self) -> CancelOnSignal:
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self.received is None:
+            self.received = signum
+            self.console.print(
+                f"[yellow]{name}: cancelling the running trials and tearing them down[/]"
+            )
+            self.task.cancel()
+            return
+        self.console.print(
+            f"[yellow]{name}: still tearing down, please wait (after a SIGKILL, "
+            f"`trialbox reap --job {self.job_id}` removes what is left)[/]",
+            soft_wrap=True,
+        )
 
 
 def progress_bar(console: Console, *, disable: bool = False) -> Progress:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
 from orchestrator.cli.common import (
     EXIT_INFRA,
+    CancelOnSignal,
     add_agent_options,
     add_config_options,
     add_model_options,
@@ -18,8 +21,10 @@ from orchestrator.cli.common import (
     config_of,
     print_error,
     progress_bar,
+    signal_exit_code,
     tasks_of,
 )
+from orchestrator.common.ids import new_id
 from orchestrator.service.job import run_job
 from orchestrator.trials.agents import parse_agent
 from orchestrator.trials.result import JobResult, TrialResult
@@ -31,7 +36,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="run trials of one task folder, or of every task folder inside PATH",
         description=(
             "Run trials and print a summary. Exit code 0 when every trial ran, 1 on bad "
-            f"input, {EXIT_INFRA} when any trial failed for infrastructure reasons."
+            f"input, {EXIT_INFRA} when any trial failed for infrastructure reasons. SIGINT "
+            "(Ctrl-C), SIGTERM and SIGHUP cancel the running trials, which write their "
+            "result.json and remove their containers; the exit code is then 128 + the "
+            "signal's number (130, 143, 129). The job id and owner are printed to stderr at "
+            "the start: after a SIGKILL, `trialbox reap --job JOB` removes the leftovers."
         ),
     )
     add_task_options(run)
@@ -89,7 +98,15 @@ def _totals(job: JobResult) -> str:
 async def _run(args: argparse.Namespace, console: Console) -> int:
     tasks = tasks_of(args)
     agent = parse_agent(args.agent)
+    config = config_of(args)
+    job_id = new_id("job")
+    print(
+        f"job {job_id}, owner {config.owner} — trialbox reap --job {job_id} removes its leftovers",
+        file=sys.stderr,
+        flush=True,
+    )
     total = len(tasks) * args.attempts
+    job: JobResult | None = None
     with progress_bar(console, disable=args.json) as progress:
         bar = progress.add_task(f"{args.agent} on {len(tasks)} task(s)", total=total)
 
@@ -100,15 +117,32 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
                 f"{result.trial_id}: {result.status} (reward {shown}, {result.timings.total:.1f} s)"
             )
 
-        job = await run_job(
-            tasks, agent, n_concurrent=args.n_concurrent, attempts=args.attempts,
-            config=config_of(args), metadata=_label(args.label), on_trial_done=done,
+        work = run_job(
+            tasks, agent, n_concurrent=args.n_concurrent, attempts=args.attempts, config=config,
+            job_id=job_id, metadata=_label(args.label), on_trial_done=done,
         )  # fmt: skip
-    if args.json:
-        print(job.model_dump_json(indent=2))
-    else:
-        console.print(_summary_table(job))
-        console.print(_totals(job))
+        running = asyncio.create_task(work)
+        with CancelOnSignal(running, progress.console, job_id=job_id) as stop:
+            try:
+                job = await running
+            except asyncio.CancelledError:
+                if stop.received is None:
+                    raise  # not ours: let it go on
+    if job is not None:  # also when a signal came too late to cancel anything
+        if args.json:
+            print(job.model_dump_json(indent=2))
+        else:
+            console.print(_summary_table(job))
+            console.print(_totals(job))
+    if stop.received is not None:
+        name = signal.Signals(stop.received).name
+        console.print(
+            f"[yellow]interrupted by {name}: running trials were cancelled and torn down; "
+            f"their result.json is under {config.jobs_dir.resolve() / job_id}[/]",
+            soft_wrap=True,
+        )
+        return signal_exit_code(stop.received)
+    assert job is not None
     return EXIT_INFRA if job.counts_by_error_category.get("infra") else 0
 
 

@@ -6,6 +6,8 @@ the field, so every check here runs on the host and touches nothing outside the 
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -13,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.common.errors import TaskError
+from orchestrator.tasks.tree import check_tree, kind_of, link_target
 
 DEFAULT_PIDS_LIMIT = 1024
 
@@ -110,13 +113,64 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+MAX_TEXT_BYTES = 16 * 1024 * 1024  # task.toml, instruction.md: text, never this large
+
+
+def regular_file(root: Path, relative: str) -> Path | None:
+    """The task's file `relative` (inside `root`) if it is a regular file, or a symlink inside
+    the task to one; None if absent. Anything else raises TaskError naming it. Only lstat is
+    used, on the fully resolved path, so nothing is opened and nothing outside is followed: a
+    FIFO or a device can never block the loader."""
+    path = root / relative
+    if not os.path.lexists(path):
+        return None
+    target = link_target(path, root)  # also refuses a parent folder linked outside the task
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        raise TaskError(f"{path}: is a symlink to nothing ({target}), not a regular file") from None
+    except NotADirectoryError:
+        return None  # a parent is a file: the same as absent
+    if not stat.S_ISREG(mode):
+        kind = kind_of(mode)
+        if path.is_symlink():
+            kind = f"symlink to a {kind}"
+        raise TaskError(f"{path}: is a {kind}, not a regular file")
+    return target
+
+
+def read_text_file(path: Path, shown: Path) -> str:
+    """The UTF-8 text of the regular file `path` (checked by `regular_file`), refusing it if it
+    was swapped for something else since: opened without blocking or following a link, and
+    checked again on the open descriptor. Errors name `shown`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TaskError(f"{shown}: cannot be read ({exc.strerror})") from exc
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TaskError(f"{shown}: is a {kind_of(info.st_mode)}, not a regular file")
+        data = handle.read(MAX_TEXT_BYTES + 1)
+    if max(info.st_size, len(data)) > MAX_TEXT_BYTES:
+        raise TaskError(
+            f"{shown}: larger than the {MAX_TEXT_BYTES} bytes a task's text file may be"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"{shown}: not UTF-8 text ({exc})") from exc
+
+
 def load_task_config(path: Path) -> TaskConfig:
-    """Parse a task.toml; a missing file means all defaults."""
-    if not path.exists():
+    """Parse a task.toml (checked to be a regular file of its folder); a missing file means
+    all defaults."""
+    found = regular_file(path.parent.resolve(), path.name)
+    if found is None:
         return TaskConfig()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(read_text_file(found, path))
+    except tomllib.TOMLDecodeError as exc:
         raise TaskError(f"{path}: not valid TOML: {exc}") from exc
     try:
         return TaskConfig.model_validate(data)
@@ -125,28 +179,42 @@ def load_task_config(path: Path) -> TaskConfig:
 
 
 def load_task(path: str | Path) -> Task:
-    """Load and check a task folder; raise TaskError naming the file and field at fault."""
+    """Load and check a task folder; raise TaskError naming the file and field at fault.
+
+    Every check is on the host, before any container: the named files must be regular files,
+    and the whole folder is walked (`check_tree`) for escaping symlinks and special files, so
+    a task that materializing or building would refuse is refused here already.
+    """
     root = Path(path).resolve()
     if not root.is_dir():
         raise TaskError(f"{root}: not a task folder (it does not exist or is not a directory)")
     config = load_task_config(root / "task.toml")
-    instruction_file = root / "instruction.md"
-    if not instruction_file.is_file():
-        raise TaskError(f"{instruction_file}: missing; a task needs an instruction for the agent")
-    test_sh = root / "tests" / "test.sh"
-    if not test_sh.is_file():
-        raise TaskError(f"{test_sh}: missing; the verifier entrypoint is required")
+    instruction_file = regular_file(root, "instruction.md")
+    if instruction_file is None:
+        raise TaskError(
+            f"{root / 'instruction.md'}: missing; a task needs an instruction for the agent"
+        )
+    if regular_file(root, "tests/test.sh") is None:
+        raise TaskError(
+            f"{root / 'tests' / 'test.sh'}: missing; the verifier entrypoint is required"
+        )
     dockerfile = root / "environment" / "Dockerfile"
-    if config.environment.docker_image is None and not dockerfile.is_file():
+    if (
+        regular_file(root, "environment/Dockerfile") is None
+        and config.environment.docker_image is None
+    ):
         raise TaskError(
             f"{dockerfile}: missing; add one, or set [environment] docker_image in "
             f"{root / 'task.toml'}"
         )
+    check_tree(root)
+    if (root / "environment").is_dir():
+        check_tree(root / "environment")  # the image's build context: links stay inside it
     return Task(
         name=root.name,
         path=root,
         config=config,
-        instruction=instruction_file.read_text(encoding="utf-8"),
+        instruction=read_text_file(instruction_file, root / "instruction.md"),
     )
 
 
@@ -163,7 +231,9 @@ def resolve_task_id(tasks_dir: str | Path, task_id: str) -> Path:
 
 
 def is_task_dir(path: Path) -> bool:
-    return (path / "instruction.md").is_file() or (path / "task.toml").is_file()
+    """A folder with an instruction.md or a task.toml, whatever they are: `load_task` then
+    says what is wrong with one that is not a regular file (never opened here)."""
+    return os.path.lexists(path / "instruction.md") or os.path.lexists(path / "task.toml")
 
 
 def discover_tasks(path: str | Path) -> list[Task]:

@@ -14,20 +14,47 @@ from pathlib import Path
 from orchestrator.common.errors import TaskError
 
 
+def kind_of(mode: int) -> str:
+    """What a file mode says an entry is, for error messages."""
+    kinds = (
+        (stat.S_ISREG, "regular file"), (stat.S_ISDIR, "folder"), (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    )  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def link_target(path: Path, root: Path) -> Path:
+    """Where the symlink `path` leads, refused when that is outside `root` or a loop."""
+    try:
+        target = path.resolve()
+    except (RuntimeError, OSError) as exc:  # a loop: RuntimeError up to 3.12, OSError after
+        raise TaskError(f"{path}: a symlink that cannot be resolved ({exc})") from exc
+    if not target.is_relative_to(root):
+        raise TaskError(f"{path}: a symlink pointing outside the task ({target})")
+    return target
+
+
+def _unreadable(error: OSError) -> None:
+    raise TaskError(f"{error.filename}: cannot be read ({error.strerror})") from error
+
+
 def check_tree(root: Path) -> list[Path]:
-    """Every entry under `root`, sorted; refuses escaping symlinks and special files."""
+    """Every entry under `root`, sorted; refuses escaping symlinks, special files (FIFOs,
+    sockets, devices) and folders it cannot read. Only stats; never opens a file."""
     entries: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_unreadable, followlinks=False):
         dirnames.sort()
         for name in sorted(dirnames + filenames):
             path = Path(dirpath) / name
             mode = path.lstat().st_mode
             if stat.S_ISLNK(mode):
-                target = path.resolve()
-                if not target.is_relative_to(root):
-                    raise TaskError(f"{path}: a symlink pointing outside the task ({target})")
+                link_target(path, root)
             elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise TaskError(f"{path}: a special file (not a regular file or folder)")
+                raise TaskError(
+                    f"{path}: is a {kind_of(mode)}, not a regular file or folder (a special "
+                    "file is refused: reading it could block or reach the host)"
+                )
             entries.append(path)
     return entries
 

@@ -6,10 +6,11 @@ import os
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.backends import BackendConfig, DockerBackendConfig
 from orchestrator.common.limits import Limits
+from orchestrator.common.scrub import SAFE_SECRET_LEN, check_secret_lengths
 from orchestrator.gateway.settings import ModelConfig
 
 BASE_IMAGE_MAP_ENV = "TRIALBOX_BASE_IMAGE_MAP"
@@ -40,7 +41,8 @@ def _default_image_map() -> dict[str, str]:
 class TrialConfig(BaseModel):
     """Settings shared by the trials of a job."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Errors never echo the input: it may hold credentials.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     jobs_dir: Path = Field(Path("jobs"), description="Trial directories go under here.")
     keep_containers: bool = Field(False, description="Leave containers for debugging.")
@@ -63,6 +65,14 @@ class TrialConfig(BaseModel):
         ),
         repr=False,
     )
+    refuse_short_secrets: bool = Field(
+        False,
+        description=(
+            f"Refuse credentials shorter than {SAFE_SECRET_LEN} characters (a ValueError naming "
+            "the variable when the config is made) instead of scrubbing what can be: values "
+            "under 4 characters are never scrubbed, as they would redact ordinary words."
+        ),
+    )
     model: ModelConfig | None = Field(
         None,
         description="The model agents call through the trial's gateway (the shell agent needs "
@@ -82,3 +92,9 @@ class TrialConfig(BaseModel):
         if isinstance(value, list | str):
             return parse_image_map(value)
         return value
+
+    @model_validator(mode="after")
+    def _secrets_long_enough(self) -> TrialConfig:
+        if self.refuse_short_secrets:
+            check_secret_lengths(self.credentials)
+        return self
