@@ -24,7 +24,7 @@ def _parse_json(text: str) -> dict[str, float]:
         raise RewardFileError(where, 'the file is empty; write a JSON map such as {"reward": 1}')
     try:
         data = json.loads(text, parse_constant=lambda c: float(c))
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, and ints past Python's digit limit
         raise RewardFileError(where, f"not valid JSON ({exc})") from exc
     if not isinstance(data, dict) or not data:
         raise RewardFileError(where, "must be a non-empty flat JSON map of {name: number}")

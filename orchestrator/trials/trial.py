@@ -34,7 +34,7 @@ from orchestrator.common.errors import (
 )
 from orchestrator.common.ids import check_id, new_id
 from orchestrator.common.offload import run_blocking
-from orchestrator.common.scrub import Scrubber
+from orchestrator.common.scrub import Scrubber, check_secret_lengths
 from orchestrator.common.shielding import ride_out_cancels
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelOverride
@@ -82,6 +82,8 @@ class Trial:
         on_grading: Callable[[Trial], None] | None = None,
     ) -> None:
         self.task, self.agent, self.config, self.backend = task, agent, config, backend
+        if config.refuse_short_secrets:  # again: model_copy(update=...) skips validators
+            check_secret_lengths(config.credentials)
         self.limits = config.limits
         self.prompt = prompt
         self.model = None if config.model is None else config.model.merged(model)

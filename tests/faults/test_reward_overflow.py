@@ -49,13 +49,6 @@ def test_reward_json_with_a_400_digit_int_names_the_file(tmp_path: Path) -> None
     assert "about 400 digits" in str(raised.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="json.loads refuses ints past 4300 digits with a plain ValueError that "
-    "orchestrator/trials/rewards.py does not catch (it catches JSONDecodeError only), so the "
-    "trial fails as an infra error; fix there: catch ValueError",
-)
 def test_reward_json_past_the_int_digit_limit_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "reward.json").write_text('{"reward": ' + "1" * 5000 + "}")
 

@@ -153,7 +153,8 @@ async def test_an_image_without_python3_fails_its_build_saying_so(
 
     assert result.status == "failure"
     assert result.error is not None
-    assert (result.error.category, result.error.phase) == ("infra", "image")
-    assert result.error.type == "ImageBuildError"
+    # The task's image cannot take the runtime layer: the task's fault, not the machine's.
+    assert (result.error.category, result.error.phase) == ("validation", "image")
+    assert result.error.type == "TaskBuildError"
     assert "has no python3 on PATH" in result.error.message
     assert "CPython >= 3.9" in result.error.message

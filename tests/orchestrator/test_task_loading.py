@@ -147,8 +147,8 @@ async def test_materialize_refuses_unsafe_entries(
     make_task, tmp_path: Path, config: TrialConfig, container_watch, plant, reason: str
 ) -> None:
     task = make_task("unsafe")
+    loaded = load_task(task)  # the folder was sound when loaded; it changed since
     bad = plant(task, tmp_path / "outside.txt")
-    loaded = load_task(task)
 
     with pytest.raises(TaskError) as raised:
         materialize(loaded, tmp_path / "trial", trial_id="t", metadata={})

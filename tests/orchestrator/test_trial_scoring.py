@@ -226,7 +226,11 @@ async def test_verifier_timeout_is_a_verifier_failure(config: TrialConfig, make_
     assert result.reward is None
 
 
-async def test_broken_image_build_is_an_infra_failure(config: TrialConfig, make_task) -> None:
+async def test_a_failing_dockerfile_step_is_a_validation_failure(
+    config: TrialConfig, make_task
+) -> None:
+    """A RUN step of the task's own Dockerfile that fails is the task's fault: retrying
+    cannot help, so it is not discardable infra."""
     marker = uuid.uuid4().hex
     task = make_task(
         "unbuildable",
@@ -236,10 +240,10 @@ async def test_broken_image_build_is_an_infra_failure(config: TrialConfig, make_
 
     assert result.status == "failure"
     assert result.error is not None
-    assert result.error.category == "infra"
+    assert result.error.category == "validation"
     assert result.error.phase == "image"
-    assert result.error.type == "ImageBuildError"
-    assert result.error.discardable
+    assert result.error.type == "TaskBuildError"
+    assert not result.error.discardable
     assert result.agent.termination is None
     assert (Path(result.trial_dir) / "result.json").is_file()
 
