@@ -25,7 +25,7 @@ from orchestrator.cli.common import (
     tasks_of,
 )
 from orchestrator.common.ids import new_id
-from orchestrator.service.job import run_job
+from orchestrator.service.job import run_job, task_unusable
 from orchestrator.trials.agents import parse_agent
 from orchestrator.trials.result import JobResult, TrialResult
 
@@ -36,7 +36,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="run trials of one task folder, or of every task folder inside PATH",
         description=(
             "Run trials and print a summary. Exit code 0 when every trial ran, 1 on bad "
-            f"input, {EXIT_INFRA} when any trial failed for infrastructure reasons. SIGINT "
+            "input or a task that could not be used (it fails before its agent runs, and is "
+            f"never counted as a scored zero), {EXIT_INFRA} when any trial failed for "
+            "infrastructure reasons. SIGINT "
             "(Ctrl-C), SIGTERM and SIGHUP cancel the running trials, which write their "
             "result.json and remove their containers; the exit code is then 128 + the "
             "signal's number (130, 143, 129). The job id and owner are printed to stderr at "
@@ -143,7 +145,9 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
         )
         return signal_exit_code(stop.received)
     assert job is not None
-    return EXIT_INFRA if job.counts_by_error_category.get("infra") else 0
+    if job.counts_by_error_category.get("infra"):
+        return EXIT_INFRA
+    return 1 if any(task_unusable(t) for t in job.trials) else 0
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:

@@ -27,9 +27,23 @@ from orchestrator.trials.result import JobResult, TrialResult
 ProgressCallback = Callable[[TrialResult], None]
 
 
+def task_unusable(result: TrialResult) -> bool:
+    """The task could not be used (a validation failure before the agent ran: a broken
+    folder, a failing Dockerfile step, an agent the task cannot run): no sample at all."""
+    error = result.error
+    return error is not None and error.category == "validation" and result.agent.termination is None
+
+
 def counted(results: Sequence[TrialResult]) -> list[TrialResult]:
-    """The samples that say something about the agent: not cancelled, not an infra failure."""
-    return [r for r in results if r.status != "cancelled" and not (r.error and r.error.discardable)]
+    """The samples that say something about the agent: not cancelled, not an infra failure,
+    not a task that could not be used (never a scored zero)."""
+    return [
+        r
+        for r in results
+        if r.status != "cancelled"
+        and not (r.error and r.error.discardable)
+        and not task_unusable(r)
+    ]
 
 
 def pass_at_k(results: Sequence[TrialResult]) -> dict[int, float]:

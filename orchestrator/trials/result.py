@@ -91,7 +91,9 @@ class JobResult(BaseModel):
     job_dir: str
     n_trials: int
     n_counted: int = Field(
-        0, description="Trials that count: not cancelled and not discarded for infra reasons."
+        0,
+        description="Trials that count: not cancelled, not discarded for infra reasons, not a "
+        "task that could not be used (a validation failure before the agent ran).",
     )
     mean_reward: float | None = Field(
         None, description="Mean over the counted trials; one without a reward counts 0."

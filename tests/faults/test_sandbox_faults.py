@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import docker
 import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
-from tests.conftest import DEFAULT_DOCKERFILE, MakeTask
+from tests.conftest import BASE_IMAGE, DEFAULT_DOCKERFILE, OFFICIAL_IMAGE, REPO_ROOT, MakeTask
 
 pytestmark = pytest.mark.docker
 
@@ -174,3 +176,20 @@ async def test_files_cut_at_the_cap_are_warned_about_and_a_cut_reward_says_so(
     assert result.error is not None
     assert (result.error.category, result.error.type) == ("validation", "RewardFileError")
     assert result.error.message.startswith("/logs/verifier/reward.json: cut at the collection cap")
+
+
+def test_trialbox_run_exits_1_for_a_task_whose_dockerfile_step_fails(
+    docker_ready: docker.DockerClient, make_task: MakeTask, tmp_path: Path
+) -> None:
+    task = make_task(dockerfile=DEFAULT_DOCKERFILE + "RUN exit 5\n")
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.cli", "run", str(task), "--agent", "nop",
+            "--json", "--jobs-dir", str(tmp_path / "jobs"),
+            "--base-image", f"{OFFICIAL_IMAGE}={BASE_IMAGE}",
+        ],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    job = json.loads(done.stdout)
+    assert (job["n_trials"], job["n_counted"], job["mean_reward"]) == (1, 0, None)

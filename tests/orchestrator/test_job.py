@@ -135,3 +135,23 @@ def test_infra_failures_and_cancellations_do_not_count() -> None:
     assert job.mean_reward == 0.5  # the success and the agent's miss
     assert pass_at_k(results) == {1: 0.5, 2: 1.0}
     assert job.counts_by_error_category == {"infra": 1, "agent": 1}
+
+
+def test_a_task_that_could_not_be_used_is_never_a_scored_zero() -> None:
+    """A validation failure before the agent ran (a failing Dockerfile step) is no sample;
+    a verifier's bad reward after the agent ran is one, and counts 0."""
+    broken = trial("broken", None, status="failure")
+    broken.error = TrialError(
+        category="validation", phase="image", type="TaskBuildError", message="RUN failed",
+        discardable=False,
+    )  # fmt: skip
+    bad_reward = trial("bad-reward", None, status="failure")
+    bad_reward.agent.termination = "exited"
+    bad_reward.error = TrialError(
+        category="validation", phase="verify", type="RewardFileError", message="empty",
+        discardable=False,
+    )  # fmt: skip
+    job = summarize("job", Path("/nowhere"), [broken, bad_reward, trial("ok", 1.0)])
+    assert job.n_trials == 3
+    assert job.n_counted == 2
+    assert job.mean_reward == 0.5
