@@ -28,6 +28,7 @@ from orchestrator.common.errors import (
     RewardFileError,
     SandboxError,
     SandboxLostError,
+    TaskError,
     TrialboxError,
     VerifierSetupError,
     WorkflowError,
@@ -152,6 +153,12 @@ class Trial:
 
     async def _start(self, staged: Materialized, image: str) -> Sandbox:
         env = self.task.config.environment
+        offered = self.backend.capabilities.network_modes
+        if env.effective_network_mode not in offered:
+            raise TaskError(
+                f"{self.task.path}/task.toml: network mode {env.effective_network_mode!r} is "
+                f"not offered by the {self.backend.name} backend (it offers {sorted(offered)})"
+            )
         spec = SandboxSpec(
             image=image, trial_id=self.trial_id, job_id=self.job_id, owner=self.config.owner,
             cpus=env.cpus, memory_mb=env.memory_mb, pids_limit=env.pids_limit,

@@ -673,3 +673,15 @@ async def test_a_rollout_cancelled_while_running_is_named_and_torn_down(tmp_path
     assert result.trial_id == trial_id_for(rollout_id)
     assert on_disk(result).status == "cancelled"
     assert not backend.created[0].present
+
+
+async def test_a_network_mode_the_backend_does_not_offer_is_refused_before_any_sandbox(
+    tmp_path: Path,
+) -> None:
+    task = make_task(tmp_path, task_toml="[environment]\nnetwork_mode = 'bridge'\n")
+    backend = FakeBackend(QUICK, network_modes=frozenset({"none"}))
+    result = await run_trial(task, "nop", config=fake_config(tmp_path), backend=backend)
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("validation", "start")
+    assert "network mode 'bridge' is not offered by the fake backend" in result.error.message
+    assert backend.created == []
