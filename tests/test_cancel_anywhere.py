@@ -119,13 +119,6 @@ class _ImageGate(DockerBackend):
         return await super().ensure_image(*args, **kwargs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product bug: a trial cancelled before its agent ran says agent.termination "
-    "'aborted' (trial.py sets it for every cancel), while AgentOutcome.termination says it is "
-    "None if the agent never ran",
-)
 async def test_a_trial_cancelled_before_its_agent_ran_says_the_agent_never_ran(
     config: TrialConfig, container_watch: ContainerWatch
 ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 
 async def ride_out_cancels(task: asyncio.Future[object], limit: float | None = None) -> bool:
@@ -26,3 +27,25 @@ async def ride_out_cancels(task: asyncio.Future[object], limit: float | None = N
         except asyncio.CancelledError:
             cancelled = True
     return cancelled
+
+
+class RunOnce:
+    """A cleanup that runs once however many callers ask, each waiting (bounded) for it to
+    finish before a cancellation of theirs goes on: how a sandbox is destroyed."""
+
+    def __init__(self, step: Callable[[], Awaitable[None]], settle_sec: float) -> None:
+        self._step = step
+        self._settle_sec = settle_sec
+        self._task: asyncio.Future[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
+
+    async def __call__(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._step())
+        if await ride_out_cancels(self._task, self._settle_sec):
+            raise asyncio.CancelledError
+        if self._task.done():
+            self._task.result()  # a failed cleanup is the caller's to hear about

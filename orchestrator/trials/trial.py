@@ -402,7 +402,8 @@ class Trial:
                 self._fail(exc, "teardown")
         if cancelled:
             self.result.status = "cancelled"
-            self.result.agent.termination = self.result.agent.termination or "aborted"
+            if self.result.agent.termination is None and self._phase == "agent":
+                self.result.agent.termination = "aborted"  # None: the agent never ran
         else:
             self.result.status = "success" if self.result.rewards else "failure"
         await self._guarded("teardown", self._release_model())

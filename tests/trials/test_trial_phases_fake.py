@@ -447,11 +447,13 @@ async def test_a_failed_build_is_an_infra_error_in_phase_image(tmp_path: Path) -
 async def test_a_network_the_backend_does_not_offer_fails_the_start(tmp_path: Path) -> None:
     task = make_task(tmp_path, task_toml="[environment]\nallow_internet = true\n")
 
-    result = await run_trial(task, "nop", config=fake_config(tmp_path), backend=FakeBackend(QUICK))
+    backend = FakeBackend(QUICK)
+    result = await run_trial(task, "nop", config=fake_config(tmp_path), backend=backend)
 
-    assert result.error is not None
-    assert (result.error.category, result.error.phase) == ("infra", "start")
-    assert "network mode 'bridge'" in result.error.message
+    assert result.error is not None  # the task asks what the backend does not offer
+    assert (result.error.category, result.error.phase) == ("validation", "start")
+    assert "network mode 'bridge' is not offered by the fake backend" in result.error.message
+    assert backend.created == []  # refused before any sandbox
 
 
 async def test_a_failed_destroy_after_scoring_is_a_warning_and_the_trial_succeeds(
@@ -673,15 +675,3 @@ async def test_a_rollout_cancelled_while_running_is_named_and_torn_down(tmp_path
     assert result.trial_id == trial_id_for(rollout_id)
     assert on_disk(result).status == "cancelled"
     assert not backend.created[0].present
-
-
-async def test_a_network_mode_the_backend_does_not_offer_is_refused_before_any_sandbox(
-    tmp_path: Path,
-) -> None:
-    task = make_task(tmp_path, task_toml="[environment]\nnetwork_mode = 'bridge'\n")
-    backend = FakeBackend(QUICK, network_modes=frozenset({"none"}))
-    result = await run_trial(task, "nop", config=fake_config(tmp_path), backend=backend)
-    assert result.error is not None
-    assert (result.error.category, result.error.phase) == ("validation", "start")
-    assert "network mode 'bridge' is not offered by the fake backend" in result.error.message
-    assert backend.created == []

@@ -29,7 +29,7 @@ from orchestrator.common.errors import (
     SandboxTimeoutError,
 )
 from orchestrator.common.limits import Limits
-from orchestrator.common.shielding import ride_out_cancels
+from orchestrator.common.shielding import RunOnce, ride_out_cancels
 from orchestrator.sandbox import Capabilities, ExecResult, Health, SandboxSpec
 
 
@@ -66,7 +66,7 @@ class DockerSandbox:
         self.spec = spec
         self.limits = limits or Limits()
         self.created_at = time.time()
-        self._destroy_task: asyncio.Task[None] | None = None
+        self._destroy = RunOnce(self._remove, self.limits.destroy_settle_sec)
 
     @property
     def name(self) -> str:
@@ -249,16 +249,10 @@ class DockerSandbox:
             pass  # already gone: the goal of teardown is met
 
     async def destroy(self) -> None:
-        """Remove the container. Runs once, whatever cancels the caller meanwhile."""
-        if self._destroy_task is None:
-            self._destroy_task = asyncio.ensure_future(self._remove())
-        # Let the removal finish before a cancellation goes on.
-        if await ride_out_cancels(self._destroy_task, self.limits.destroy_settle_sec):
-            raise asyncio.CancelledError
-        if self._destroy_task.done():
-            self._destroy_task.result()  # a failed removal is the caller's to hear about
+        """Remove the sandbox. Runs once, whatever cancels the caller meanwhile."""
+        await self._destroy()
 
     @property
     def destroyed(self) -> bool:
         """True once removal was asked for: the sandbox can no longer be used."""
-        return self._destroy_task is not None
+        return self._destroy.started

@@ -29,7 +29,7 @@ from orchestrator.backends.fake.users import DEFAULT_USERS, Identity, resolve
 from orchestrator.common.errors import SandboxError, SandboxNotFoundError
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
-from orchestrator.common.shielding import ride_out_cancels
+from orchestrator.common.shielding import RunOnce
 from orchestrator.sandbox import Capabilities, ExecResult, Health, SandboxSpec
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -62,7 +62,7 @@ class FakeSandbox:
         self._capabilities = capabilities
         self._on_removed = on_removed
         self._present = True
-        self._destroy_task: asyncio.Task[None] | None = None
+        self._destroy = RunOnce(self._remove, self.limits.destroy_settle_sec)
 
     @property
     def name(self) -> str:
@@ -205,14 +205,9 @@ class FakeSandbox:
 
     async def destroy(self) -> None:
         """Remove the sandbox. Runs once, whatever cancels the caller meanwhile."""
-        if self._destroy_task is None:
-            self._destroy_task = asyncio.ensure_future(self._remove())
-        if await ride_out_cancels(self._destroy_task, self.limits.destroy_settle_sec):
-            raise asyncio.CancelledError
-        if self._destroy_task.done():
-            self._destroy_task.result()  # a failed removal is the caller's to hear about
+        await self._destroy()
 
     @property
     def destroyed(self) -> bool:
         """True once removal was asked for: the sandbox can no longer be used."""
-        return self._destroy_task is not None
+        return self._destroy.started
