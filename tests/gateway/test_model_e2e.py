@@ -24,7 +24,9 @@ from container_runtime.atif import validate_trajectory
 from orchestrator import (
     ModelConfig,
     ModelLimits,
+    ModelOverride,
     RolloutRequest,
+    Sampling,
     TrialConfig,
     TrialEngine,
     TrialResult,
@@ -247,3 +249,44 @@ def test_trialbox_run_scores_a_task_with_the_shell_agent_and_a_model_url(tmp_pat
     assert {r.headers["authorization"] for r in requests} == {f"Bearer {UPSTREAM_KEY}"}
     assert {r.body["temperature"] for r in requests} == {0.5}
     assert UPSTREAM_KEY not in done.stdout + done.stderr
+
+
+async def test_a_rollout_brings_its_own_prompt_model_and_sampling(config: TrialConfig) -> None:
+    async with StandIn(shell_solver(SOLVE, "done")) as upstream:
+        engine = TrialEngine(config=with_model(config, upstream), task=SHELL_TASK, agent="shell")
+        async with engine:
+            await engine.submit(
+                RolloutRequest(
+                    rollout_id="gw:own-1",
+                    prompt="Write hello, world into /app/greeting.txt, please.",
+                    model=ModelOverride(name="policy-step-7", sampling=Sampling(temperature=0.2)),
+                )
+            )
+            result = await engine.wait("gw:own-1")
+    assert (result.status, result.reward, result.rollout_id) == ("success", 1.0, "gw:own-1")
+    first = upstream.chat_requests()[0].body
+    assert (first["model"], first["temperature"]) == ("policy-step-7", 0.2)
+    assert first["messages"][1] == {
+        "role": "user",
+        "content": "Write hello, world into /app/greeting.txt, please.",
+    }
+
+
+async def test_a_task_with_a_network_still_reaches_its_model_through_the_gateway(
+    config: TrialConfig, make_task: Any
+) -> None:
+    """Recording and limits hold whatever the network: the agent's endpoint is the same."""
+    task = make_task(
+        "networked",
+        instruction=(SHELL_TASK / "instruction.md").read_text(),
+        test_sh=(SHELL_TASK / "tests" / "test.sh").read_text(),
+        task_toml="[environment]\nallow_internet = true\n",
+    )
+    async with StandIn(shell_solver(SOLVE, "done")) as upstream:
+        result = await run_trial(
+            task, "shell", config=with_model(config, upstream, limits=ModelLimits(max_calls=9))
+        )
+    assert (result.status, result.reward) == ("success", 1.0)
+    assert result.usage is not None and result.usage.calls == 3
+    record = json.loads(agent_file(result, "gateway.json").read_text())
+    assert len(record["exchanges"]) == 3

@@ -61,7 +61,8 @@ async def test_job_runs_every_attempt(config: TrialConfig, container_watch) -> N
 
 
 async def test_job_counts_failures_by_category(config: TrialConfig, make_task) -> None:
-    no_reward = make_task("no-reward", test_sh="#!/bin/sh\ntrue\n")
+    # The agent runs; the verifier leaves no reward: a validation failure that counts 0.
+    no_reward = make_task("no-reward", test_sh="#!/bin/sh\ntrue\n", solve_sh="#!/bin/sh\ntrue\n")
     job = await run_job([HELLO, no_reward], "oracle", n_concurrent=2, config=config)
 
     assert job.n_trials == 2
