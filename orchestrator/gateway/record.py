@@ -44,7 +44,10 @@ class Exchange(BaseModel):
         None, description="The answer's text when it was not JSON (capped)."
     )
     error: str | None = Field(None, description="Why the exchange failed, when it did.")
-    limit: str | None = Field(None, description="The limit that refused it, when one did.")
+    limit: str | None = Field(
+        None,
+        description="What refused it: calls, tokens, deadline, or closed (after the agent).",
+    )
     prompt_tokens: int = 0
     completion_tokens: int = 0
 

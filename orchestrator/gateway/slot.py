@@ -83,7 +83,8 @@ class Slot:
         record.exchanges.append(exchange)
         record.exchanges.sort(key=lambda e: e.index)  # concurrent calls finish out of order
         if exchange.limit is not None:
-            record.stopped_by = record.stopped_by or exchange.limit
+            if exchange.limit != "closed":  # a call after the agent's phase stopped nothing
+                record.stopped_by = record.stopped_by or exchange.limit
             return
         if exchange.request is None:
             return  # refused before it went upstream (a malformed body)

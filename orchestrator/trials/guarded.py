@@ -19,12 +19,14 @@ SAVE_WITHIN_SEC = 10.0
 
 
 class GuardedSandbox:
-    """Delegates to `inner`; `destroy()` first runs `before_destroy` (bounded, once)."""
+    """Delegates to `inner`; `destroy()` first runs `before_destroy` (bounded, once), unless
+    the trial is being cancelled: a host abort removes the sandbox now, saving nothing."""
 
     def __init__(self, inner: Sandbox, before_destroy: Callable[[], Awaitable[None]]) -> None:
         self.inner = inner
         self._before_destroy = before_destroy
         self._saved: asyncio.Task[None] | None = None
+        self._owner = asyncio.current_task()  # the trial's task, whose cancel is an abort
 
     @property
     def name(self) -> str:
@@ -72,7 +74,8 @@ class GuardedSandbox:
 
     async def destroy(self) -> None:
         try:
-            if self._saved is None and not self.inner.destroyed:
+            aborting = self._owner is not None and self._owner.cancelling() > 0
+            if self._saved is None and not self.inner.destroyed and not aborting:
                 self._saved = asyncio.ensure_future(self._before_destroy())
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(self._saved), SAVE_WITHIN_SEC)

@@ -17,7 +17,7 @@ import aiofiles
 
 from container_runtime.contract import ContainerInput
 from container_runtime.paths import RUNTIME_PYTHON
-from orchestrator.common.errors import SandboxError, TaskError
+from orchestrator.common.errors import AgentSpecError, SandboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.gateway.record import GatewayRecord
 from orchestrator.gateway.server import Gateway
@@ -44,7 +44,7 @@ class ModelLink:
         self, *, trial_id: str, rollout_id: str | None, capabilities: Capabilities
     ) -> Mount:
         if not capabilities.host_mounts:
-            raise TaskError(
+            raise AgentSpecError(
                 "this backend cannot mount the model gateway's socket into its sandboxes; "
                 "run model-backed agents on a backend whose sandboxes share the gateway's host"
             )

@@ -151,14 +151,18 @@ class Trial:
             credentials_ref=next(iter(self.config.credentials), None),
         )  # fmt: skip
 
+    def _check_offered(self) -> None:
+        """What the task asks of its sandbox, the backend must offer: refused before a build."""
+        mode = self.task.config.environment.effective_network_mode
+        offered = self.backend.capabilities.network_modes
+        if mode not in offered:
+            raise TaskError(
+                f"{self.task.path}/task.toml: network mode {mode!r} is not offered by the "
+                f"{self.backend.name} backend (it offers {sorted(offered)})"
+            )
+
     async def _start(self, staged: Materialized, image: str) -> Sandbox:
         env = self.task.config.environment
-        offered = self.backend.capabilities.network_modes
-        if env.effective_network_mode not in offered:
-            raise TaskError(
-                f"{self.task.path}/task.toml: network mode {env.effective_network_mode!r} is "
-                f"not offered by the {self.backend.name} backend (it offers {sorted(offered)})"
-            )
         spec = SandboxSpec(
             image=image, trial_id=self.trial_id, job_id=self.job_id, owner=self.config.owner,
             cpus=env.cpus, memory_mb=env.memory_mb, pids_limit=env.pids_limit,
@@ -355,6 +359,7 @@ class Trial:
         staged: Materialized | None = None
         try:
             with self._timed("materialize"):
+                self._check_offered()
                 staged = await self._materialize()
                 self.result.task_checksum = staged.checksum
             with self._timed("image"):

@@ -451,7 +451,7 @@ async def test_a_network_the_backend_does_not_offer_fails_the_start(tmp_path: Pa
     result = await run_trial(task, "nop", config=fake_config(tmp_path), backend=backend)
 
     assert result.error is not None  # the task asks what the backend does not offer
-    assert (result.error.category, result.error.phase) == ("validation", "start")
+    assert (result.error.category, result.error.phase) == ("validation", "materialize")
     assert "network mode 'bridge' is not offered by the fake backend" in result.error.message
     assert backend.created == []  # refused before any sandbox
 
@@ -568,6 +568,8 @@ async def test_a_cancel_during_the_agent_writes_a_cancelled_result_and_destroys(
     assert result.status == "cancelled"
     assert result.agent.termination == "aborted"
     assert result.agent.detail == "group quiesced"
+    assert result.timings.collect == 0.0  # a host abort removes the sandbox, saving nothing
+    assert not (trial_dirs[0] / "logs").exists()
     sandbox = backend.created[0]
     assert sandbox.destroyed and not sandbox.present
     assert await backend.find_leftovers(job=result.job_id) == []

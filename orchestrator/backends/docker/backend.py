@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from orchestrator.backends.docker.images import BuildPlan, ImageBuilder, default_builder
 from orchestrator.backends.docker.leftovers import find_leftovers, remove_leftovers
-from orchestrator.backends.docker.sandbox import CAPABILITIES, DockerSandbox
+from orchestrator.backends.docker.sandbox import DockerSandbox, docker_capabilities
 from orchestrator.common.limits import Limits
 from orchestrator.sandbox import (
     Backend,
@@ -32,7 +32,7 @@ class DockerBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+        return docker_capabilities()
 
     async def plan_image(self, task: Task, base_image_map: Mapping[str, str]) -> BuildPlan:
         return await self.builder.plan(task, base_image_map)

@@ -61,7 +61,8 @@ def _removed_by_engine(container_id: str, since: float) -> bool:
     return any(e.get("Action") in ("destroy", "kill") for e in events)
 
 
-def _engine_is_local() -> bool:
+def engine_is_local() -> bool:
+    """The engine runs on this host (its unix socket), so its paths and pids are ours."""
     host = os.environ.get("DOCKER_HOST", "")
     return host == "" or host.startswith("unix://")
 
@@ -78,7 +79,7 @@ def _ours(pid: int, container_id: str) -> bool:
 def stop_all_from_host_blocking(container_id: str) -> bool:
     """SIGKILL every process of the container but its PID 1, from the host; True once only
     PID 1 is left. False when the engine is not local (its pids are not ours to signal)."""
-    if not _engine_is_local():
+    if not engine_is_local():
         return False
     api = docker_api.docker_client().api
     init = (api.inspect_container(container_id).get("State") or {}).get("Pid")

@@ -18,6 +18,7 @@ from docker.types import Mount as DockerMount
 from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.inspection import (
+    engine_is_local,
     health_blocking,
     stop_all_from_host_blocking,
 )
@@ -55,7 +56,12 @@ while True:
         time.sleep(0.05)
 """
 NETWORK_MODES = frozenset({"none", "bridge", "host"})
-CAPABILITIES = Capabilities(network_modes=NETWORK_MODES, gpus=False, host_mounts=True)
+
+
+def docker_capabilities() -> Capabilities:
+    """What containers of this engine can have; a bind mount (the gateway's socket) names a
+    path on the engine's host, so it is offered only when the engine is local."""
+    return Capabilities(network_modes=NETWORK_MODES, gpus=False, host_mounts=engine_is_local())
 
 
 class DockerSandbox:
@@ -74,7 +80,7 @@ class DockerSandbox:
 
     @property
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+        return docker_capabilities()
 
     @classmethod
     async def create(cls, spec: SandboxSpec, limits: Limits | None = None) -> DockerSandbox:
