@@ -31,7 +31,7 @@ def health_blocking(container_id: str, since: float, pids: bool) -> Health:
             container_id, since))  # fmt: skip
     events = list(
         api.events(
-            since=int(since) - 1, until=int(time.time()) + 1,
+            since=f"{since - 1:.6f}", until=f"{time.time():.6f}",
             filters={"container": container_id, "type": "container"}, decode=True,
         )
     )  # fmt: skip
@@ -55,7 +55,7 @@ def health_blocking(container_id: str, since: float, pids: bool) -> Health:
 def _removed_by_engine(container_id: str, since: float) -> bool:
     api = docker_api.docker_client().api
     events = api.events(
-        since=int(since) - 1, until=int(time.time()) + 1,
+        since=f"{since - 1:.6f}", until=f"{time.time():.6f}",
         filters={"container": container_id, "type": "container"}, decode=True,
     )  # fmt: skip
     return any(e.get("Action") in ("destroy", "kill") for e in events)
