@@ -374,7 +374,7 @@ def test_connection_errors_are_retried_a_bounded_number_of_times(
     with socket.socket() as sock:  # a port that nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    monkeypatch.setattr(shell_agent, "BACKOFF_BASE_SEC", 0.01)
+    monkeypatch.setattr(shell_agent.client, "BACKOFF_BASE_SEC", 0.01)
     spec = ContainerInput(trial_id="t", instruction="x")
     env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"}
     client = shell_agent.ChatClient(Settings.resolve(spec, time.monotonic(), env))
