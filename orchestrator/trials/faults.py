@@ -9,7 +9,7 @@ sandbox killed or removed through the engine, or an engine that does not answer,
 from __future__ import annotations
 
 from orchestrator.common.errors import AgentResourceError, SandboxLostError, TrialboxError
-from orchestrator.sandbox import Health
+from orchestrator.sandbox import Health, Sandbox
 
 
 def oom_note(health: Health, memory_mb: int) -> str | None:
@@ -44,3 +44,36 @@ def classify(health: Health, *, what: str, memory_mb: int) -> TrialboxError | No
     if health.died_inside:
         return AgentResourceError(f"{what}: the sandbox stopped from inside")
     return None
+
+
+async def after_agent(sandbox: Sandbox, exit_code: int | None, *, memory_mb: int) -> str | None:
+    """After an agent that ended by itself: the sandbox must still be there to verify it
+    (else the cause is raised); memory kills that did not end it are a note (returned)."""
+    health = await sandbox.health()
+    if not health.known:
+        return None  # no answer now: the verifier will find out, and say
+    what = f"the agent ended ({exit_code}) with its sandbox"
+    cause = classify(health, what=what, memory_mb=memory_mb)
+    if cause is not None:  # the engine was asked to kill it, or it died: it is going
+        raise cause
+    if not (health.exists and health.running):
+        raise SandboxLostError(what)
+    return oom_note(health, memory_mb=memory_mb)
+
+
+async def free_pids(sandbox: Sandbox) -> str | None:
+    """When the agent's leftovers hold every pid, nothing can run the verifier: stop them
+    from the host, so the agent's work is still scored; a note saying so, or None."""
+    health = await sandbox.health(pids=True)
+    if not health.pids_exhausted or not await sandbox.stop_all_from_host():
+        return None
+    return (
+        f"the agent's processes held every pid the sandbox allows ({health.pids_current} of "
+        f"{health.pids_limit}); they were killed from the host so the verifier could run"
+    )
+
+
+async def explained(sandbox: Sandbox, exc: Exception, *, memory_mb: int) -> Exception:
+    """`exc`, or its true cause by the engine's account of the sandbox."""
+    health = await sandbox.health(pids=True)
+    return classify(health, what=str(exc).strip(), memory_mb=memory_mb) or exc

@@ -15,7 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from container_runtime import paths
 from container_runtime.contract import ContainerInput
+from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import TaskError
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import check_tree, checksum_tree
@@ -42,6 +44,27 @@ class Materialized(BaseModel):
     @property
     def logs_dir(self) -> Path:
         return self.trial_dir / "logs"
+
+
+INSTRUCTION = f"{paths.AGENT_DIR}/instruction.md"  # for CLI agents that take a file
+
+
+def skeleton_tar(container_input: ContainerInput) -> bytes:
+    """The sandbox's /logs before the agent: its input (and the instruction as a file), in
+    folders that are root's where they must be. An agent running as another user can write
+    only its own folders, and cannot swap the verifier's folder for one of its own."""
+    return tar_of_files(
+        {
+            paths.CONTAINER_INPUT.lstrip("/"): container_input.model_dump_json().encode(),
+            INSTRUCTION.lstrip("/"): container_input.instruction.encode(),
+        },
+        dirs={
+            paths.LOGS_DIR.lstrip("/"): 0o755,
+            paths.AGENT_DIR.lstrip("/"): 0o777,
+            paths.ARTIFACTS_DIR.lstrip("/"): 0o777,
+            paths.VERIFIER_DIR.lstrip("/"): 0o755,
+        },
+    )
 
 
 def split_label(metadata: dict[str, Any]) -> tuple[dict[str, Any], Any]:

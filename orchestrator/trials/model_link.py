@@ -15,16 +15,19 @@ from pathlib import Path
 
 import aiofiles
 
+from container_runtime import __version__
 from container_runtime.contract import ContainerInput
 from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.common.errors import AgentSpecError, SandboxError
 from orchestrator.common.offload import run_blocking
+from orchestrator.common.scrub import Scrubber
 from orchestrator.gateway.record import GatewayRecord
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelConfig
 from orchestrator.gateway.slot import SOCKET_NAME, Slot
 from orchestrator.gateway.trajectory import trajectory_from_record
 from orchestrator.sandbox import Capabilities, Mount, Sandbox
+from orchestrator.trials.result import TrialResult
 
 GATEWAY_DIR = "/run/trialbox-gateway"
 FORWARD_START_SEC = 30.0
@@ -104,6 +107,23 @@ class ModelLink:
     @property
     def record(self) -> GatewayRecord | None:
         return None if self.slot is None else self.slot.record
+
+    async def keep(self, result: TrialResult, agent_dir: Path, scrubber: Scrubber) -> None:
+        """Close the slot; the usage and the limit that stopped the agent go into the
+        result, the record and its trajectory into the agent's folder (scrubbed). A failure to
+        write them is a warning: the record is a bonus, never a reason to lose the result."""
+        await self.close()
+        record = self.record
+        if record is None:
+            return
+        result.usage = record.usage
+        result.model_limit = record.stopped_by
+        try:
+            await self.write(agent_dir, agent_name=result.agent_spec, agent_version=__version__)
+            if scrubber:
+                await run_blocking(scrubber.tree, agent_dir)
+        except Exception as exc:
+            result.warnings.append(f"the model record was not written: {exc!r}")
 
     async def write(self, agent_dir: Path, *, agent_name: str, agent_version: str) -> None:
         """`gateway.json` always; `trajectory.json` (ATIF) when the agent called the model.

@@ -19,18 +19,14 @@ from typing import Any
 
 import aiofiles
 
-from container_runtime import __version__, paths
-from orchestrator.common.archive import tar_of_files
+from container_runtime import paths
 from orchestrator.common.errors import (
     AgentInfraError,
     AgentSpecError,
     ImageBuildError,
     RewardFileError,
-    SandboxError,
-    SandboxLostError,
     TaskError,
     TrialboxError,
-    VerifierSetupError,
     WorkflowError,
 )
 from orchestrator.common.ids import check_id, new_id
@@ -43,18 +39,17 @@ from orchestrator.sandbox import Backend, Health, ImageOutcome, Mount, Sandbox, 
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
-from orchestrator.trials.faults import classify, oom_note
+from orchestrator.trials.faults import after_agent, classify
 from orchestrator.trials.guarded import GuardedSandbox
-from orchestrator.trials.materialize import Materialized, materialize
+from orchestrator.trials.materialize import Materialized, materialize, skeleton_tar
 from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
 from orchestrator.trials.rewards import headline_reward
-from orchestrator.trials.verifier import run_verifier, score
+from orchestrator.trials.verifier import score, verify
 from relay import Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
 AGENT_STDERR = f"{paths.AGENT_DIR}/stderr.txt"
-INSTRUCTION = f"{paths.AGENT_DIR}/instruction.md"  # for CLI agents that take a file
 
 
 def _now() -> datetime:
@@ -174,20 +169,7 @@ class Trial:
             await self.link.connect(sandbox)
             timeout = self.task.config.agent.timeout_sec
             container_input = self.link.container_input(container_input, timeout)
-        # /logs and /logs/verifier are root's: an agent running as another user can write
-        # only its own folders, and cannot swap the verifier's folder for one of its own.
-        skeleton = tar_of_files(
-            {
-                paths.CONTAINER_INPUT.lstrip("/"): container_input.model_dump_json().encode(),
-                INSTRUCTION.lstrip("/"): container_input.instruction.encode(),
-            },
-            dirs={
-                paths.LOGS_DIR.lstrip("/"): 0o755,
-                paths.AGENT_DIR.lstrip("/"): 0o777,
-                paths.ARTIFACTS_DIR.lstrip("/"): 0o777,
-                paths.VERIFIER_DIR.lstrip("/"): 0o755,
-            },
-        )
+        skeleton = skeleton_tar(container_input)
         await sandbox.upload(skeleton, "/")
         return sandbox
 
@@ -254,11 +236,7 @@ class Trial:
             health = self._health_at_loss
             cause = None if health is None else classify(health, what=str(lost), **self._mem)
             raise cause or lost
-        health = await sandbox.health()
-        if not (health.exists and health.running):
-            what = f"the agent ended ({self.relay_outcome.exit_code}) with its sandbox"
-            raise classify(health, what=what, **self._mem) or SandboxLostError(what)
-        note = oom_note(health, **self._mem)
+        note = await after_agent(sandbox, self.relay_outcome.exit_code, **self._mem)
         if note is not None:
             self.result.warnings.append(note)
             self.result.agent.detail = "; ".join(filter(None, [self.result.agent.detail, note]))
@@ -281,37 +259,8 @@ class Trial:
         if self._on_grading is not None:
             self._on_grading(self)
         section = self.task.config.verifier
-        try:
-            run = await run_verifier(sandbox, staged.tests_dir, section, self.limits)
-        except (VerifierSetupError, SandboxError) as exc:
-            if not isinstance(exc, VerifierSetupError) or not await self._free_pids(sandbox):
-                cause = await self._explained(sandbox, exc)
-                if cause is exc:
-                    raise
-                raise cause from exc
-            run = await run_verifier(sandbox, staged.tests_dir, section, self.limits)
-        if run.exit_code is None or run.exit_code >= 128:  # killed: the sandbox too?
-            health = await sandbox.health()
-            if not (health.exists and health.running):
-                what = f"tests/test.sh ended with {run.exit_code}"
-                raise classify(health, what=what, **self._mem) or SandboxLostError(what)
-
-    async def _free_pids(self, sandbox: Sandbox) -> bool:
-        """When the agent's leftovers hold every pid, nothing can run the verifier: stop them
-        from the host (True), so the agent's work is still scored, and say so."""
-        health = await sandbox.health(pids=True)
-        if not health.pids_exhausted or not await sandbox.stop_all_from_host():
-            return False
-        self.result.warnings.append(
-            f"the agent's processes held every pid the sandbox allows ({health.pids_current} "
-            f"of {health.pids_limit}); they were killed from the host so the verifier could run"
-        )
-        return True
-
-    async def _explained(self, sandbox: Sandbox, exc: Exception) -> Exception:
-        """`exc`, or its true cause by the engine's account of the sandbox."""
-        health = await sandbox.health(pids=True)
-        return classify(health, what=str(exc).strip(), **self._mem) or exc
+        notes = await verify(sandbox, staged.tests_dir, section, self.limits, **self._mem)
+        self.result.warnings.extend(notes)
 
     async def _collect(self, sandbox: Sandbox) -> None:
         with self._timed("collect"):
@@ -432,22 +381,8 @@ class Trial:
             await self._gateway.aclose()
 
     async def _keep_model_record(self) -> None:
-        """The gateway's record and the trajectory made from it, in the trial's folder."""
-        if self.link is None:
-            return
-        await self.link.close()
-        record = self.link.record
-        if record is None:
-            return
-        self.result.usage = record.usage
-        self.result.model_limit = record.stopped_by
-        agent_dir = self.trial_dir / "logs" / "agent"
-        try:
-            await self.link.write(agent_dir, agent_name=self.agent.spec, agent_version=__version__)
-            if self.scrubber:
-                await run_blocking(self.scrubber.tree, agent_dir)
-        except Exception as exc:  # the record is a bonus: a failure to write it is a warning
-            self.result.warnings.append(f"the model record was not written: {exc!r}")
+        if self.link is not None:
+            await self.link.keep(self.result, self.trial_dir / "logs" / "agent", self.scrubber)
 
     async def _judge_agent_report(self, staged: Materialized) -> None:
         """A problem the agent reports is an `agent` error when nothing was scored (the

@@ -13,11 +13,17 @@ from pathlib import Path
 
 from container_runtime import paths
 from orchestrator.common.archive import tar_of_dir
-from orchestrator.common.errors import VerifierSetupError, VerifierTimeoutError
+from orchestrator.common.errors import (
+    SandboxError,
+    SandboxLostError,
+    VerifierSetupError,
+    VerifierTimeoutError,
+)
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Sandbox
 from orchestrator.tasks.task import VerifierSection
+from orchestrator.trials.faults import classify, explained, free_pids
 from orchestrator.trials.rewards import read_rewards
 
 VERIFIER_STDOUT = f"{paths.VERIFIER_DIR}/test-stdout.txt"
@@ -64,6 +70,36 @@ async def run_verifier(
             f"tests/test.sh ran past its verifier timeout ({section.timeout_sec:g} s)"
         )
     return VerifierRun(exit_code=outcome.exit_code, seconds=outcome.duration_sec)
+
+
+async def verify(
+    sandbox: Sandbox, tests_dir: Path, section: VerifierSection, limits: Limits, *, memory_mb: int
+) -> list[str]:
+    """`run_verifier`, judged from outside when the sandbox fails it: pids held by the agent's
+    leftovers are freed first (a note is returned), a sandbox that died is put in the category
+    of its true cause."""
+    notes: list[str] = []
+    try:
+        run = await run_verifier(sandbox, tests_dir, section, limits)
+    except (VerifierSetupError, SandboxError) as exc:
+        freed = await free_pids(sandbox) if isinstance(exc, VerifierSetupError) else None
+        if freed is None:
+            cause = await explained(sandbox, exc, memory_mb=memory_mb)
+            if cause is exc:
+                raise
+            raise cause from exc
+        notes.append(freed)
+        run = await run_verifier(sandbox, tests_dir, section, limits)
+    if run.exit_code is None or run.exit_code >= 128:  # killed: the sandbox too?
+        # The engine logs a kill the moment it is asked, before the sandbox is down.
+        health = await sandbox.health()
+        what = f"tests/test.sh ended with {run.exit_code}"
+        cause = classify(health, what=what, memory_mb=memory_mb)
+        if cause is not None:
+            raise cause
+        if not (health.exists and health.running):
+            raise SandboxLostError(what)
+    return notes
 
 
 async def score(logs_dir: Path) -> dict[str, float]:
