@@ -2,11 +2,13 @@
 
 Delivery is best effort: bounded retries with backoff, failures logged, never a reason to lose
 a result. The payload is serialised once, so a redelivery carries the very same bytes (with
-the same `delivery_id`), and a receiver can drop duplicates.
+the same `delivery_id`), and a receiver can drop duplicates. Each delivery is a task of its
+own in an `Outbox`, so a slow receiver never holds up the rollout that triggered it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -84,3 +86,22 @@ async def deliver(
         except RetryError:
             return False
     return True
+
+
+class Outbox:
+    """The engine's callbacks on their way: each posted as its own task and held here, so
+    the loop cannot drop a task still running, and shutdown can wait for the last ones."""
+
+    def __init__(self) -> None:
+        self._sending: set[asyncio.Task[bool]] = set()
+
+    def post(self, url: str, payload: CallbackPayload) -> None:
+        """Start delivering `payload` to `url`; returns at once."""
+        sent = asyncio.create_task(deliver(url, payload))
+        self._sending.add(sent)
+        sent.add_done_callback(self._sending.discard)
+
+    async def drain(self, timeout_sec: float) -> None:
+        """Wait up to `timeout_sec` for the deliveries under way (the rest go on unwaited)."""
+        if self._sending:
+            await asyncio.wait(set(self._sending), timeout=timeout_sec)

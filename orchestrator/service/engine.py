@@ -12,6 +12,11 @@ does not know leaves a tombstone (bounded in count, kept for the retention windo
 `abort(scope)` tombstones its scope for `abort_tombstone_sec`: a submit that arrives after
 either raises `RolloutTombstoned`, and its id reads `cancelled`. `watch` is the long poll:
 it returns once a rollout's status changes, woken by the engine's own transitions.
+
+This module is the lifecycle: admit, load, hold a slot, run, settle, cancel, shut down. The
+parts with rules of their own live beside it: `tombstones` (what must not start),
+`watchers` (long polls), `status` (the documents a rollout reads as), `selection` (what a
+cancel names) and `callbacks` (the `Outbox` of POSTs on their way).
 """
 
 from __future__ import annotations
@@ -19,20 +24,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.common.ids import check_id, new_id, trial_id_for
 from orchestrator.common.offload import run_blocking
 from orchestrator.gateway.server import Gateway
 from orchestrator.sandbox import Backend
-from orchestrator.service.callbacks import CallbackEvent, CallbackPayload, deliver
+from orchestrator.service.callbacks import CallbackEvent, CallbackPayload, Outbox
+from orchestrator.service.inflight import InFlight
 from orchestrator.service.rollouts import (
     Disposition,
     DuplicateRollout,
@@ -42,97 +44,27 @@ from orchestrator.service.rollouts import (
     RolloutRequest,
     RolloutStatus,
     RolloutTombstoned,
-    TooManyLongPolls,
+)
+from orchestrator.service.selection import select
+from orchestrator.service.status import live_status, settled_status
+from orchestrator.service.tombstones import (
+    DEFAULT_ABORT_TOMBSTONE_SEC,
+    DEFAULT_MAX_TOMBSTONES,
+    Tombstones,
 )
 from orchestrator.service.ttl_cache import TtlCache
+from orchestrator.service.watchers import DEFAULT_MAX_LONG_POLLS, Watchers
 from orchestrator.tasks.task import Task, load_task, resolve_task_id
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
-from orchestrator.trials.result import TrialError, TrialResult
+from orchestrator.trials.result import TrialResult
 from orchestrator.trials.trial import Trial
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_SEC = 15 * 60
-DEFAULT_ABORT_TOMBSTONE_SEC = 60.0
-DEFAULT_MAX_TOMBSTONES = 10_000
-DEFAULT_MAX_LONG_POLLS = 1024
-MAX_ABORTED_SCOPES = 1024
 CALLBACK_DRAIN_SEC = 30.0
-FINAL = frozenset({"success", "failure", "cancelled"})
 _engines: weakref.WeakSet[TrialEngine] = weakref.WeakSet()
-
-
-class _Expiring:
-    """Keys kept for `ttl_sec` each and at most `max_items` of them (the oldest go first).
-
-    Thread-safe: `abort` records scopes from the trainer's thread while the engine's loop
-    reads them.
-    """
-
-    def __init__(self, ttl_sec: float, max_items: int, clock: Callable[[], float]) -> None:
-        self.ttl_sec = ttl_sec
-        self.max_items = max_items
-        self._clock = clock
-        self._items: OrderedDict[str, tuple[float, RolloutStatus | None]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _prune(self) -> None:
-        now = self._clock()
-        while self._items:
-            key, (expires, _) = next(iter(self._items.items()))
-            if expires > now:
-                break
-            del self._items[key]
-
-    def set(self, key: str, value: RolloutStatus | None = None) -> None:
-        if self.ttl_sec <= 0 or self.max_items <= 0:
-            return
-        with self._lock:
-            self._prune()
-            self._items.pop(key, None)
-            self._items[key] = (self._clock() + self.ttl_sec, value)
-            while len(self._items) > self.max_items:
-                self._items.popitem(last=False)
-
-    def get(self, key: str) -> RolloutStatus | None:
-        with self._lock:
-            self._prune()
-            item = self._items.get(key)
-            return None if item is None else item[1]
-
-    def keys(self) -> list[str]:
-        with self._lock:
-            self._prune()
-            return list(self._items)
-
-    def __len__(self) -> int:
-        with self._lock:
-            self._prune()
-            return len(self._items)
-
-
-def _cancelled(rollout_id: str, why: str) -> RolloutStatus:
-    """The status document of a rollout that will not run."""
-    return RolloutStatus(
-        rollout_id=rollout_id, status="cancelled", error=why, finished_at=datetime.now(UTC)
-    )
-
-
-@dataclass
-class _Rollout:
-    request: RolloutRequest
-    task: Task
-    agent: Agent
-    attempt: int
-    done: asyncio.Future[TrialResult]
-    trial_id: str
-    trial: Trial | None = None
-    runner: asyncio.Task[None] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.trial is not None
 
 
 class TrialEngine:
@@ -173,24 +105,24 @@ class TrialEngine:
         self.backend = backend or self.config.backend.build(self.config.limits)
         self.job_id = check_id(job_id or new_id("serve"), "job id")
         self._slots = asyncio.Semaphore(n_concurrent)
-        self._live: dict[str, _Rollout] = {}
+        self._live: dict[str, InFlight] = {}
         self._finished: TtlCache[RolloutStatus] = (
             TtlCache(retention_sec) if clock is None else TtlCache(retention_sec, clock=clock)
         )
         if abort_tombstone_sec < 0 or max_tombstones < 0 or max_long_polls < 0:
             raise ValueError("abort_tombstone_sec, max_tombstones and max_long_polls must be >= 0")
-        clock = clock or time.monotonic
         self.retention_sec = retention_sec
         self.abort_tombstone_sec = abort_tombstone_sec
         self.max_long_polls = max_long_polls
-        self._tombstones = _Expiring(retention_sec, max_tombstones, clock)
-        self._aborted = _Expiring(abort_tombstone_sec, MAX_ABORTED_SCOPES, clock)
-        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
-        self._n_long_polls = 0
+        self._watchers = Watchers(max_long_polls, read=self.status, closed=lambda: self._closed)
+        self._tombstones = Tombstones(
+            id_ttl_sec=retention_sec, max_ids=max_tombstones, scope_ttl_sec=abort_tombstone_sec,
+            clock=clock or time.monotonic, on_bury=self._watchers.notify,
+        )  # fmt: skip
         self._tasks: dict[Path, Task] = {}
         self._agents: dict[str, Agent] = {}
         self._closed = False
-        self._deliveries: set[asyncio.Task[bool]] = set()
+        self._outbox = Outbox()
         self._mean_trial_sec = 10.0
         self._gateway: Gateway | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -229,39 +161,23 @@ class TrialEngine:
             )
         if self._closed:
             raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
-        scope = self._aborted_scope(request)
-        if scope is not None:
-            why = (
-                f"its scope {scope!r} was aborted; rollouts of an aborted scope submitted within "
-                f"{self.abort_tombstone_sec:g} s of the abort do not start"
+        tombstone = self._tombstones.bury_if_aborted(request)
+        if tombstone is not None:
+            raise RolloutTombstoned(
+                f"rollout {rollout_id!r} will not run: {tombstone.error}", tombstone
             )
-            tombstone = self._bury(rollout_id, why)
-            raise RolloutTombstoned(f"rollout {rollout_id!r} will not run: {why}", tombstone)
         if self.max_queue_depth is None:
             return
         would_wait = max(0, len(self._live) + 1 - self.n_concurrent)
         if would_wait > self.max_queue_depth:
             raise QueueFull(self._retry_after(), self.waiting)
 
-    def _aborted_scope(self, request: RolloutRequest) -> str | None:
-        for scope in self._aborted.keys():
-            if request.rollout_id.startswith(scope) or request.session_id == scope:
-                return scope
-        return None
-
-    def _bury(self, rollout_id: str, why: str) -> RolloutStatus:
-        """Tombstone an id: it reads `cancelled` and a submit of it is refused."""
-        tombstone = _cancelled(rollout_id, why)
-        self._tombstones.set(rollout_id, tombstone)
-        self._notify(rollout_id)
-        return tombstone
-
     def tombstone_scope(self, scope: str) -> None:
         """For `abort_tombstone_sec`, refuse rollouts whose id starts with `scope` or whose
         session_id equals it (`abort` calls this; safe from any thread)."""
         if not scope:
             raise ValueError("a tombstone needs a non-empty scope")
-        self._aborted.set(scope)
+        self._tombstones.bury_scope(scope)
 
     def _task_path(self, request: RolloutRequest) -> Path:
         if request.task_id is not None:
@@ -334,7 +250,7 @@ class TrialEngine:
             # Loading awaited: the engine may have closed, or the same id come in, meanwhile.
             self._admit(request)
         loop = self.loop = asyncio.get_running_loop()
-        rollout = _Rollout(
+        rollout = InFlight(
             request, task, agent, attempt, loop.create_future(),
             trial_id=trial_id_for(request.rollout_id),
         )  # fmt: skip
@@ -342,7 +258,7 @@ class TrialEngine:
         rollout.runner = asyncio.create_task(self._drive(rollout), name=request.rollout_id)
         # A runner cancelled before its first step never enters _drive: settle it here.
         rollout.runner.add_done_callback(lambda _task: self._settle_if_live(rollout))
-        self._notify(request.rollout_id)
+        self._watchers.notify(request.rollout_id)
         return request.rollout_id
 
     async def wait(self, rollout_id: str) -> TrialResult:
@@ -354,11 +270,11 @@ class TrialEngine:
 
     # -- the run ------------------------------------------------------------------------------
 
-    def _grading(self, rollout: _Rollout) -> None:
-        self._notify(rollout.request.rollout_id)
+    def _grading(self, rollout: InFlight) -> None:
+        self._watchers.notify(rollout.request.rollout_id)
         self._callback(rollout, "workflow_complete", "grading")
 
-    def _callback(self, rollout: _Rollout, event: CallbackEvent, status: str,
+    def _callback(self, rollout: InFlight, event: CallbackEvent, status: str,
                   result: TrialResult | None = None) -> None:  # fmt: skip
         url = (
             rollout.request.workflow_complete_url
@@ -375,11 +291,9 @@ class TrialEngine:
             rewards=result.rewards if result else {},
             error=result.error.message if result and result.error else None,
         )
-        sent = asyncio.create_task(deliver(str(url), payload))
-        self._deliveries.add(sent)
-        sent.add_done_callback(self._deliveries.discard)
+        self._outbox.post(str(url), payload)
 
-    async def _drive(self, rollout: _Rollout) -> None:
+    async def _drive(self, rollout: InFlight) -> None:
         request = rollout.request
         result: TrialResult | None = None
         try:
@@ -392,61 +306,34 @@ class TrialEngine:
                     metadata=request.metadata, attempt=rollout.attempt,
                     on_grading=lambda _trial: self._grading(rollout),
                 )  # fmt: skip
-                self._notify(request.rollout_id)  # queued -> running
+                self._watchers.notify(request.rollout_id)  # queued -> running
                 result = await rollout.trial.run()
         except asyncio.CancelledError:
             result = rollout.trial.result if rollout.trial is not None else None
             if result is None or result.status not in ("success", "failure", "cancelled"):
-                result = self._result_without_trial(rollout)
+                result = rollout.result_without_trial(self.job_id)
         except Exception as exc:  # a bug, not a trial outcome: keep the engine serving
             log.exception("rollout %s crashed", request.rollout_id)
-            result = self._result_without_trial(rollout, status="failure", message=repr(exc))
+            result = rollout.result_without_trial(self.job_id, status="failure", message=repr(exc))
         finally:
             if result is None:
-                result = self._result_without_trial(rollout)
+                result = rollout.result_without_trial(self.job_id)
             self._settle(rollout, result)
 
-    def _result_without_trial(
-        self, rollout: _Rollout, *, status: str = "cancelled", message: str | None = None
-    ) -> TrialResult:
-        """The result of a rollout whose trial wrote none: cancelled before it ran, or a bug."""
-        now = datetime.now(UTC)
-        error = None
-        if message is not None:
-            error = TrialError(
-                category="infra", phase="materialize", type="EngineError", message=message,
-                discardable=True,
-            )  # fmt: skip
-        return TrialResult(
-            trial_id=rollout.trial_id, job_id=self.job_id, rollout_id=rollout.request.rollout_id,
-            session_id=rollout.request.session_id, task_name=rollout.task.name,
-            agent_spec=rollout.agent.spec, attempt=rollout.attempt, status=status,  # type: ignore[arg-type]
-            error=error, started_at=now, finished_at=now, trial_dir="",
-        )  # fmt: skip
-
-    def _settle_if_live(self, rollout: _Rollout) -> None:
+    def _settle_if_live(self, rollout: InFlight) -> None:
         if self._live.get(rollout.request.rollout_id) is rollout:
-            self._settle(rollout, self._result_without_trial(rollout))
+            self._settle(rollout, rollout.result_without_trial(self.job_id))
 
-    def _settle(self, rollout: _Rollout, result: TrialResult) -> None:
+    def _settle(self, rollout: InFlight, result: TrialResult) -> None:
         rollout_id = rollout.request.rollout_id
         if self._live.get(rollout_id) is rollout:
             del self._live[rollout_id]
         if result.status in ("success", "failure") and result.timings.total > 0:
             self._mean_trial_sec = 0.8 * self._mean_trial_sec + 0.2 * result.timings.total
-        self._finished.set(
-            rollout_id,
-            RolloutStatus(
-                rollout_id=rollout_id, status=result.status, reward=result.reward,
-                rewards=result.rewards, error=result.error.message if result.error else None,
-                error_category=result.error.category if result.error else None,
-                trial_dir=result.trial_dir or None, finished_at=result.finished_at,
-                usage=result.usage, model_limit=result.model_limit,
-            ),
-        )  # fmt: skip
+        self._finished.set(rollout_id, settled_status(rollout_id, result))
         if not rollout.done.done():
             rollout.done.set_result(result)
-        self._notify(rollout_id)
+        self._watchers.notify(rollout_id)
         self._callback(rollout, "grader_complete", result.status, result)
 
     # -- status and cancel --------------------------------------------------------------------
@@ -456,10 +343,7 @@ class TrialEngine:
         tombstoned; else unknown."""
         rollout = self._live.get(rollout_id)
         if rollout is not None:
-            state = "queued" if rollout.trial is None else rollout.trial.result.status
-            if state in FINAL:
-                state = "grading"  # outcome known, result still being written: not final yet
-            return RolloutStatus(rollout_id=rollout_id, status=state)
+            return live_status(rollout_id, rollout.trial)
         finished = self._finished.get(rollout_id)
         if finished is not None:
             return finished
@@ -468,12 +352,6 @@ class TrialEngine:
 
     # -- long poll ----------------------------------------------------------------------------
 
-    def _notify(self, rollout_id: str) -> None:
-        """Wake the long polls of `rollout_id`: its status may have changed."""
-        for waiter in self._waiters.pop(rollout_id, ()):
-            if not waiter.done():
-                waiter.set_result(None)
-
     async def watch(self, rollout_id: str, wait_sec: float) -> RolloutStatus:
         """The long poll: the status once it differs from the status now, or after `wait_sec`
         seconds, whichever comes first. A settled outcome (success, failure, cancelled) is
@@ -481,61 +359,21 @@ class TrialEngine:
         (submitted, slot taken, grading, settled, tombstoned), never by polling. Raises
         `TooManyLongPolls` past `max_long_polls` long polls at once.
         """
-        first = self.status(rollout_id)
-        if wait_sec <= 0 or (first.status in FINAL and first.finished_at is not None):
-            return first
-        if self._n_long_polls >= self.max_long_polls:
-            raise TooManyLongPolls(f"{self._n_long_polls} long polls are waiting; poll again")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_sec
-        self._n_long_polls += 1
-        try:
-            while True:
-                waiter: asyncio.Future[None] = loop.create_future()
-                self._waiters.setdefault(rollout_id, set()).add(waiter)
-                try:
-                    await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
-                except TimeoutError:
-                    return self.status(rollout_id)
-                finally:
-                    waiting = self._waiters.get(rollout_id)
-                    if waiting is not None:
-                        waiting.discard(waiter)
-                        if not waiting:
-                            del self._waiters[rollout_id]
-                now = self.status(rollout_id)
-                if now.status != first.status or self._closed or loop.time() >= deadline:
-                    return now
-        finally:
-            self._n_long_polls -= 1
+        return await self._watchers.watch(rollout_id, wait_sec)
 
     @property
     def long_polls(self) -> int:
         """Long polls (`watch`) waiting now."""
-        return self._n_long_polls
+        return self._watchers.count
 
-    def _select(
-        self, ids: Iterable[str] | None, prefix: str | None, everything: bool, session: str | None
-    ) -> tuple[list[str], list[str]]:
-        """(live ids selected, requested ids that are not live)."""
-        if ids is not None:
-            wanted = list(dict.fromkeys(ids))
-            return [i for i in wanted if i in self._live], [
-                i for i in wanted if i not in self._live
-            ]
-        if everything:
-            return list(self._live), []
-        if session is not None:
-            return [i for i, r in self._live.items() if r.request.session_id == session], []
-        assert prefix is not None
-        return [i for i in self._live if i.startswith(prefix)], []
+    # -- cancel -------------------------------------------------------------------------------
 
     def _tombstone_missing(self, missing: list[str]) -> None:
         """Ids cancelled before their submit: neither live nor finished. The late submit is
         refused, so a cancel that overtakes its submit still stops the rollout."""
         for rollout_id in missing:
             if self._finished.get(rollout_id) is None:
-                self._bury(rollout_id, "cancelled by id before it was submitted")
+                self._tombstones.bury(rollout_id, "cancelled by id before it was submitted")
 
     def cancel_nowait(
         self,
@@ -553,16 +391,13 @@ class TrialEngine:
         is neither live nor finished reads `not_found` and is tombstoned: a later submit of
         it is refused (`RolloutTombstoned`) for the retention window.
         """
-        if sum([ids is not None, prefix is not None, all, session_id is not None]) != 1:
-            raise ValueError("give exactly one selector: ids, prefix, all or session_id")
-        live, missing = self._select(ids, prefix, all, session_id)
-        if within is not None:
-            live = [i for i in live if i.startswith(within)]
-            self._tombstone_missing([i for i in missing if i.startswith(within)])
-        else:
-            self._tombstone_missing(missing)
-        dispositions: dict[str, Disposition] = dict.fromkeys(missing, "not_found")
-        for rollout_id in live:
+        sessions = {i: r.request.session_id for i, r in self._live.items()}
+        chosen = select(
+            sessions, ids=ids, prefix=prefix, everything=all, session_id=session_id, within=within
+        )
+        self._tombstone_missing(chosen.to_bury)
+        dispositions: dict[str, Disposition] = dict.fromkeys(chosen.missing, "not_found")
+        for rollout_id in chosen.live:
             rollout = self._live[rollout_id]
             running = rollout.running
             if rollout.runner is not None and rollout.runner.cancel():
@@ -603,13 +438,12 @@ class TrialEngine:
         if self._live:
             log.warning("shutdown: aborting %d rollout(s) still in flight", len(self._live))
             await self.cancel(all=True)
-        if self._deliveries:  # callbacks of the last rollouts still go out, within a bound
-            await asyncio.wait(set(self._deliveries), timeout=CALLBACK_DRAIN_SEC)
+        # Callbacks of the last rollouts still go out, within a bound.
+        await self._outbox.drain(CALLBACK_DRAIN_SEC)
         if self._gateway is not None:
             await self._gateway.aclose()
             self._gateway = None
-        for rollout_id in list(self._waiters):  # long polls answer now: nothing more changes
-            self._notify(rollout_id)
+        self._watchers.notify_all()  # long polls answer now: nothing more changes
 
     async def __aenter__(self) -> TrialEngine:
         return self

@@ -1,0 +1,58 @@
+"""A rollout the engine holds, from its admission until it settles.
+
+Every rollout the engine accepted must end with a result, including one cancelled while it
+waited for a slot (no trial ever ran) and one whose trial crashed through a bug (the trial
+wrote none). `result_without_trial` is that result, so `wait`, the status and the callbacks
+see an ending in every case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from orchestrator.service.rollouts import RolloutRequest
+from orchestrator.tasks.task import Task
+from orchestrator.trials.agents import Agent
+from orchestrator.trials.result import TrialError, TrialResult
+from orchestrator.trials.trial import Trial
+
+
+@dataclass
+class InFlight:
+    """The request with its loaded task and agent; `trial` once it holds a slot; `runner`,
+    the task driving it (cancelling it is how a cancel reaches the rollout); `done`, its
+    result once settled."""
+
+    request: RolloutRequest
+    task: Task
+    agent: Agent
+    attempt: int
+    done: asyncio.Future[TrialResult]
+    trial_id: str
+    trial: Trial | None = None
+    runner: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.trial is not None
+
+    def result_without_trial(
+        self, job_id: str, *, status: str = "cancelled", message: str | None = None
+    ) -> TrialResult:
+        """The result of a rollout whose trial wrote none: cancelled before it ran, or a bug
+        (`message`, an infra error the trainer may discard)."""
+        now = datetime.now(UTC)
+        error = None
+        if message is not None:
+            error = TrialError(
+                category="infra", phase="materialize", type="EngineError", message=message,
+                discardable=True,
+            )  # fmt: skip
+        return TrialResult(
+            trial_id=self.trial_id, job_id=job_id, rollout_id=self.request.rollout_id,
+            session_id=self.request.session_id, task_name=self.task.name,
+            agent_spec=self.agent.spec, attempt=self.attempt, status=status,  # type: ignore[arg-type]
+            error=error, started_at=now, finished_at=now, trial_dir="",
+        )  # fmt: skip

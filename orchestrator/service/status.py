@@ -1,0 +1,47 @@
+"""The status documents a rollout reads as, built in one place.
+
+A rollout reads `queued`, `running` or `grading` while live, its outcome once settled, and
+`cancelled` while tombstoned. Status, long polls and tombstones all build the same document
+here, so what `GET /rollouts/{id}` answers cannot drift between them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from orchestrator.service.rollouts import RolloutStatus
+from orchestrator.trials.result import TrialResult
+from orchestrator.trials.trial import Trial
+
+FINAL = frozenset({"success", "failure", "cancelled"})
+"""The outcomes: once a rollout has settled on one, only its expiry changes what it reads."""
+
+
+def live_status(rollout_id: str, trial: Trial | None) -> RolloutStatus:
+    """A rollout in flight: queued until it holds a slot, then its trial's own status.
+
+    A trial whose outcome is known but whose result is still being written reads `grading`,
+    not the outcome: a client that saw `success` could otherwise find no result yet."""
+    state = "queued" if trial is None else trial.result.status
+    if state in FINAL:
+        state = "grading"
+    return RolloutStatus(rollout_id=rollout_id, status=state)
+
+
+def settled_status(rollout_id: str, result: TrialResult) -> RolloutStatus:
+    """A finished rollout: its outcome as the trial's result says it."""
+    error = result.error
+    return RolloutStatus(
+        rollout_id=rollout_id, status=result.status, reward=result.reward,
+        rewards=result.rewards, error=error.message if error else None,
+        error_category=error.category if error else None,
+        trial_dir=result.trial_dir or None, finished_at=result.finished_at,
+        usage=result.usage, model_limit=result.model_limit,
+    )  # fmt: skip
+
+
+def cancelled_status(rollout_id: str, why: str) -> RolloutStatus:
+    """A rollout that will not run (a tombstone): cancelled now, saying why."""
+    return RolloutStatus(
+        rollout_id=rollout_id, status="cancelled", error=why, finished_at=datetime.now(UTC)
+    )
