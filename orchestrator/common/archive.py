@@ -8,6 +8,7 @@ as a stream, member by member, and each file is cut at a cap: the host's memory 
 from __future__ import annotations
 
 import io
+import stat
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
@@ -39,8 +40,8 @@ def tar_of_files(
     owner: tuple[int, int] = (0, 0),
 ) -> bytes:
     """A deterministic tar of in-memory files and empty dirs (paths relative to where it is
-    extracted): names sorted, mtime 0. A file given as (bytes, mode) keeps its own mode;
-    `dirs` maps each folder to its mode."""
+    extracted): names sorted, mtime 0. A file given as (bytes, mode) keeps its own mode (a
+    mode with S_IFLNK makes a symlink to the bytes); `dirs` maps each folder to its mode."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name, dir_mode in (dirs or {}).items():
@@ -48,6 +49,11 @@ def tar_of_files(
         for name in sorted(files):
             item = files[name]
             data, file_mode = item if isinstance(item, tuple) else (item, mode)
+            if stat.S_ISLNK(file_mode):  # a symlink: its bytes are its target
+                link = _info(name, mode=0o777, kind=tarfile.SYMTYPE, owner=owner)
+                link.linkname = data.decode()
+                archive.addfile(link)
+                continue
             info = _info(name, size=len(data), mode=file_mode, owner=owner)
             archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()

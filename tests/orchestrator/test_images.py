@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,15 +77,38 @@ async def test_the_tag_is_a_hash_of_the_build_inputs(make_task, docker_ready) ->
     assert (await builder.plan(base, {})).tag != tag
 
 
-async def test_plan_patches_the_dockerfile(make_task, docker_ready) -> None:
-    builder = ImageBuilder()
-    plan = await builder.plan(load_task(make_task()), BASE_MAP)
-    tools = await builder.tools_image()
+async def test_plan_copies_a_venv_for_the_base_images_own_python(make_task, docker_ready) -> None:
+    """The base image's CPython is probed once: the venv arrives as one COPY of build-context
+    files linking to it, with no RUN step and no uv or wheelhouse in the image."""
+    plan = await ImageBuilder().plan(load_task(make_task()), BASE_MAP)
 
     assert plan.dockerfile.startswith("FROM trialbox-base/python3:bookworm\nWORKDIR /app\n")
-    assert f"COPY --from={tools} /uv /opt/trialbox/uv" in plan.dockerfile
+    assert plan.dockerfile.endswith("COPY trialbox-venv /opt/trialbox/venv\n")
+    assert "RUN" not in plan.dockerfile and "/uv" not in plan.dockerfile
+    assert plan.python is not None and plan.python.minor == "3.11"
+    link, mode = plan.context["trialbox-venv/bin/python"]
+    assert (link.decode(), stat.S_ISLNK(mode)) == (plan.python.path, True)
+    cfg = plan.context["trialbox-venv/pyvenv.cfg"][0].decode()
+    assert f"version = {plan.python.version}" in cfg
+    site = "trialbox-venv/lib/python3.11/site-packages/"
+    assert f"{site}container_runtime/__init__.py" in plan.context
+    assert any(
+        name.startswith(f"{site}pydantic_core/_pydantic_core.cpython-311") for name in plan.context
+    )
     assert plan.context["Dockerfile"][0] == plan.dockerfile.encode()
     assert plan.timeout_sec == 600.0
+
+
+async def test_a_base_image_whose_python_is_unknown_gets_the_general_layer(
+    make_task, docker_ready
+) -> None:
+    builder = ImageBuilder()
+    plan = await builder.plan(load_task(make_task(dockerfile="FROM scratch\n")), BASE_MAP)
+    tools = await builder.tools_image()
+
+    assert plan.python is None
+    assert f"COPY --from={tools} /uv /opt/trialbox/uv" in plan.dockerfile
+    assert set(plan.context) == {"Dockerfile"}
 
 
 async def test_prebuilt_image_task_gets_the_runtime_layer(make_task, docker_ready) -> None:
@@ -97,7 +121,7 @@ async def test_prebuilt_image_task_gets_the_runtime_layer(make_task, docker_read
 
     assert plan.dockerfile.startswith("FROM trialbox-base/python3:bookworm\n")
     assert "/opt/trialbox/venv" in plan.dockerfile
-    assert set(plan.context) == {"Dockerfile"}
+    assert {name.split("/")[0] for name in plan.context} == {"Dockerfile", "trialbox-venv"}
 
 
 async def test_non_root_user_is_restored_after_the_patch(config: TrialConfig, make_task) -> None:
@@ -136,10 +160,11 @@ async def test_plan_refuses_symlinks_out_of_the_task(
     assert all(b"host secret" not in data for data, _mode in plan.context.values())
 
 
-async def test_an_image_without_python3_fails_its_build_saying_so(
+async def test_an_image_whose_steps_remove_python3_fails_saying_so(
     config: TrialConfig, make_task
 ) -> None:
-    """The runtime layer needs the image's own python3; its absence is named in the error."""
+    """The runtime's venv links to the base image's python3; a task whose own steps remove it
+    fails before its agent, as the task's fault, and the error says why."""
     marker = uuid.uuid4().hex
     task = make_task(
         "no-python",
@@ -154,7 +179,8 @@ async def test_an_image_without_python3_fails_its_build_saying_so(
     assert result.status == "failure"
     assert result.error is not None
     # The task's image cannot take the runtime layer: the task's fault, not the machine's.
-    assert (result.error.category, result.error.phase) == ("validation", "image")
-    assert result.error.type == "TaskBuildError"
-    assert "has no python3 on PATH" in result.error.message
+    assert (result.error.category, result.error.phase) == ("validation", "start")
+    assert result.error.type == "TaskError"
+    assert "its python3" in result.error.message and "is gone" in result.error.message
     assert "CPython >= 3.9" in result.error.message
+    assert result.agent.termination is None

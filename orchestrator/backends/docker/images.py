@@ -25,6 +25,13 @@ from orchestrator.backends.docker.dockerfile import (
     map_base_images,
     patch_dockerfile,
 )
+from orchestrator.backends.docker.venv_layer import (
+    CONTEXT_DIR,
+    ImagePython,
+    copy_block,
+    probe_blocking,
+    venv_files,
+)
 from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse, runtime_wheel
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import (
@@ -63,6 +70,7 @@ class BuildPlan:
     tag: str
     timeout_sec: float
     context: Mapping[str, tuple[bytes, int]] = field(repr=False)
+    python: ImagePython | None = None  # the image's CPython, when the venv is copied in
 
     @property
     def dockerfile(self) -> str:
@@ -147,6 +155,8 @@ class ImageBuilder:
 
     def __init__(self) -> None:
         self._tools_tag: str | None = None
+        self._arch_name: str | None = None
+        self._pythons: dict[str, ImagePython | None] = {}
         self._users: dict[str, str] = {}
         self._inflight: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, asyncio.Future[object]]
@@ -204,9 +214,34 @@ class ImageBuilder:
                 return {}  # not local: the build will pull it or fail, saying so
         return {image: self._users[image]} if self._users[image] else {}
 
+    async def _arch(self) -> str:
+        if self._arch_name is None:
+            client = docker_api.docker_client()
+            info = await docker_api.call("ask the engine for its architecture", client.info)
+            arch = info.get("Architecture", "x86_64")
+            self._arch_name = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+        return self._arch_name
+
+    async def _image_python(self, image: str | None) -> ImagePython | None:
+        """The CPython of a local base image, probed once per image id (None: unknown)."""
+        if image is None:
+            return None
+        try:
+            attrs = await docker_api.call(
+                f"inspect image {image}", docker_api.docker_client().api.inspect_image, image
+            )
+        except SandboxNotFoundError:
+            return None  # not local: the general layer, which fails clearly if it must
+        image_id = attrs["Id"]
+        if image_id not in self._pythons:
+            self._pythons[image_id] = await docker_api.call_once(
+                f"probe the python3 of {image}", probe_blocking, image_id
+            )
+        return self._pythons[image_id]
+
     async def plan(self, task: Task, base_image_map: Mapping[str, str]) -> BuildPlan:
-        """The patched Dockerfile, context and content-hash tag of a task's image."""
-        tools = await self.tools_image()
+        """The patched Dockerfile, context and content-hash tag of a task's image: the venv
+        copied in when the base image's CPython is known, else the general runtime layer."""
         env = task.config.environment
         if env.docker_image is not None:
             text = f"FROM {env.docker_image}\n"
@@ -217,11 +252,23 @@ class ImageBuilder:
             except (OSError, UnicodeDecodeError) as exc:
                 raise TaskError(f"{task.dockerfile}: cannot be read: {exc}") from exc
             context = await run_blocking(read_tree, task.environment_dir)
-        users = await self._image_users(map_base_images(text, base_image_map))
-        dockerfile = patch_dockerfile(text, tools, base_image_map, users)
+        mapped = map_base_images(text, base_image_map)
+        python = await self._image_python(final_stage_image(mapped))
+        if python is not None and python.usable and CONTEXT_DIR not in {
+            name.split("/")[0] for name in context
+        }:
+            venv = await run_blocking(venv_files, python, await self._arch())
+            context.update(venv)
+            dockerfile = mapped.rstrip("\n") + "\n" + copy_block()
+        else:
+            python = None
+            users = await self._image_users(mapped)
+            dockerfile = patch_dockerfile(text, await self.tools_image(), base_image_map, users)
         context["Dockerfile"] = (dockerfile.encode(), 0o644)
         tag, context = await run_blocking(_with_tag, TASK_REPO, context)
-        return BuildPlan(tag=tag, timeout_sec=env.build_timeout_sec, context=context)
+        return BuildPlan(
+            tag=tag, timeout_sec=env.build_timeout_sec, context=context, python=python
+        )
 
     async def _build(self, plan: BuildPlan, task_name: str) -> ImageOutcome:
         started = time.monotonic()

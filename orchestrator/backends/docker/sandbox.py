@@ -28,6 +28,7 @@ from orchestrator.common.errors import (
     SandboxError,
     SandboxNotFoundError,
     SandboxTimeoutError,
+    TaskError,
 )
 from orchestrator.common.limits import Limits
 from orchestrator.common.shielding import RunOnce, ride_out_cancels
@@ -62,6 +63,19 @@ def docker_capabilities() -> Capabilities:
     """What containers of this engine can have; a bind mount (the gateway's socket) names a
     path on the engine's host, so it is offered only when the engine is local."""
     return Capabilities(network_modes=NETWORK_MODES, gpus=False, host_mounts=engine_is_local())
+
+
+def _without_runtime(spec: SandboxSpec, exc: SandboxError) -> Exception:
+    """A start that fails because the image's own steps removed the python3 the runtime
+    links to is the task's fault (validation), not the engine's."""
+    text = str(exc)
+    if RUNTIME_PYTHON in text and "no such file or directory" in text.lower():
+        return TaskError(
+            f"the image {spec.image} cannot run trialbox's runtime: its python3 (which the "
+            f"venv at {RUNTIME_PYTHON} links to) is gone after the task's own Dockerfile steps; "
+            "the runtime layer needs CPython >= 3.9 in the final image"
+        )
+    return exc
 
 
 class DockerSandbox:
@@ -115,7 +129,10 @@ class DockerSandbox:
         try:
             container = await asyncio.shield(creating)
             sandbox = cls(container.id, spec, limits)
-            await docker_api.call(f"start container {container.short_id}", container.start)
+            try:
+                await docker_api.call(f"start container {container.short_id}", container.start)
+            except SandboxError as exc:
+                raise _without_runtime(spec, exc) from exc
         except SandboxConflictError:
             raise  # the name belongs to another container: not ours to remove
         except BaseException:

@@ -1,0 +1,143 @@
+"""The runtime venv as one small COPY: what an image with a known CPython gets.
+
+The general runtime layer copies `uv` and wheels for every CPython into the image and builds
+the venv there: 58 MB of layers and a RUN step, several seconds per image on a slow storage
+driver. When the final stage's base image is local and has a CPython >= 3.9, its path and
+version are learnt once on the host (`probe`), the matching site-packages are installed on
+the host by `uv pip install --target` for that version (cached), and the venv reaches the
+image as build-context files: `pyvenv.cfg`, `bin/python` (a symlink to the image's own
+interpreter) and `lib/pythonX.Y/site-packages`. No network, no RUN, about 8 MB.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import shutil
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import docker.errors
+
+from container_runtime.paths import VENV_DIR
+from orchestrator.backends.docker import api as docker_api
+from orchestrator.backends.docker.wheelhouse import cache_dir, ensure_wheelhouse, runtime_wheel
+
+CONTEXT_DIR = "trialbox-venv"
+LINK_MODE = stat.S_IFLNK | 0o777  # a context entry with this mode is a symlink to its bytes
+MIN_PYTHON = (3, 9)
+_PROBE = (
+    'p="$(command -v python3)" && r="$(readlink -f "$p")" && echo "$r" && '
+    '"$r" -c "import sys; print(\'%d.%d.%d\' % sys.version_info[:3])"'
+)
+
+
+@dataclass(frozen=True)
+class ImagePython:
+    """The CPython an image runs: its real path and version."""
+
+    path: str
+    version: str  # e.g. 3.11.2
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def usable(self) -> bool:
+        parts = tuple(int(p) for p in self.version.split(".")[:2])
+        return parts >= MIN_PYTHON
+
+
+def probe_blocking(image: str) -> ImagePython | None:
+    """The image's python3, by running it once (None: not local, no sh, or no python3)."""
+    client = docker_api.docker_client()
+    try:
+        output = client.containers.run(
+            image, ["sh", "-c", _PROBE], entrypoint=[], remove=True, network_mode="none",
+            stdout=True, stderr=False,
+        )  # fmt: skip
+    except (docker.errors.ContainerError, docker.errors.ImageNotFound, docker.errors.APIError):
+        return None
+    lines = output.decode(errors="replace").split()
+    if len(lines) != 2 or not lines[0].startswith("/"):
+        return None
+    return ImagePython(path=lines[0], version=lines[1])
+
+
+@functools.cache
+def _site_packages(minor: str, arch: str) -> dict[str, tuple[bytes, int]]:
+    """container_runtime and its dependencies for CPython `minor`, installed on the host."""
+    home = ensure_wheelhouse(arch)
+    name, wheel = runtime_wheel()
+    key = f"site-{arch}-cp{minor}-{_wheel_key(wheel)}"
+    target = cache_dir() / key
+    if not (target / ".complete").exists():
+        _install(home, name, wheel, minor, arch, target)
+    files: dict[str, tuple[bytes, int]] = {}
+    for path in sorted(target.rglob("*")):
+        if path.is_file() and path.name != ".complete":
+            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            files[path.relative_to(target).as_posix()] = (path.read_bytes(), mode)
+    return files
+
+
+def _wheel_key(wheel: bytes) -> str:
+    return hashlib.sha256(wheel).hexdigest()[:16]
+
+
+def _install(home: Path, name: str, wheel: bytes, minor: str, arch: str, target: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=".site-", dir=cache_dir()))
+    try:
+        (staging / "wheels").mkdir()
+        (staging / "wheels" / name).write_bytes(wheel)
+        site = staging / "site"
+        completed = subprocess.run(
+            [
+                str(home / "uv"), "pip", "install", "--quiet", "--no-cache", "--no-index",
+                "--target", str(site), "--python-version", minor,
+                "--python-platform", f"{arch}-manylinux_2_17",
+                "--find-links", str(home / "wheels"), "--find-links", str(staging / "wheels"),
+                "trialbox-container-runtime",
+            ],
+            capture_output=True, text=True, check=False,
+            env={"UV_PYTHON_DOWNLOADS": "never", "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        if completed.returncode != 0:
+            raise RuntimeError(f"uv could not install the runtime for CPython {minor}: "
+                               f"{completed.stderr.strip()[-1000:]}")  # fmt: skip
+        (site / ".complete").write_text("ok\n")
+        try:
+            site.rename(target)
+        except OSError:  # another process finished first
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def venv_files(python: ImagePython, arch: str) -> dict[str, tuple[bytes, int]]:
+    """Build-context entries (under CONTEXT_DIR) that make a venv for this interpreter."""
+    home = PurePosixPath(python.path).parent
+    cfg = (
+        f"home = {home}\ninclude-system-site-packages = false\nversion = {python.version}\n"
+    ).encode()
+    files = {
+        f"{CONTEXT_DIR}/pyvenv.cfg": (cfg, 0o644),
+        f"{CONTEXT_DIR}/bin/python": (python.path.encode(), LINK_MODE),
+        f"{CONTEXT_DIR}/bin/python3": (b"python", LINK_MODE),
+    }
+    prefix = f"{CONTEXT_DIR}/lib/python{python.minor}/site-packages"
+    for name, entry in _site_packages(python.minor, arch).items():
+        files[f"{prefix}/{name}"] = entry
+    return files
+
+
+def copy_block() -> str:
+    """The whole runtime layer on this path: one COPY (root-owned, whatever USER is)."""
+    return (
+        "\n# --- trialbox runtime layer (appended by trialbox) ---\n"
+        f"COPY {CONTEXT_DIR} {VENV_DIR}\n"
+    )
