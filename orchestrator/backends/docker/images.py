@@ -254,9 +254,11 @@ class ImageBuilder:
             context = await run_blocking(read_tree, task.environment_dir)
         mapped = map_base_images(text, base_image_map)
         python = await self._image_python(final_stage_image(mapped))
-        if python is not None and python.usable and CONTEXT_DIR not in {
-            name.split("/")[0] for name in context
-        }:
+        if (
+            python is not None
+            and python.usable
+            and CONTEXT_DIR not in {name.split("/")[0] for name in context}
+        ):
             venv = await run_blocking(venv_files, python, await self._arch())
             context.update(venv)
             dockerfile = mapped.rstrip("\n") + "\n" + copy_block()
@@ -266,9 +268,7 @@ class ImageBuilder:
             dockerfile = patch_dockerfile(text, await self.tools_image(), base_image_map, users)
         context["Dockerfile"] = (dockerfile.encode(), 0o644)
         tag, context = await run_blocking(_with_tag, TASK_REPO, context)
-        return BuildPlan(
-            tag=tag, timeout_sec=env.build_timeout_sec, context=context, python=python
-        )
+        return BuildPlan(tag=tag, timeout_sec=env.build_timeout_sec, context=context, python=python)
 
     async def _build(self, plan: BuildPlan, task_name: str) -> ImageOutcome:
         started = time.monotonic()
