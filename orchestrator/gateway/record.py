@@ -44,6 +44,9 @@ class Exchange(BaseModel):
         None, description="The answer's text when it was not JSON (capped)."
     )
     error: str | None = Field(None, description="Why the exchange failed, when it did.")
+    admitted: bool = Field(
+        False, exclude=True, description="It passed the limits and held a call while it ran."
+    )
     limit: str | None = Field(
         None,
         description="What refused it: calls, tokens, deadline, or closed (after the agent).",

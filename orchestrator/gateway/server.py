@@ -28,6 +28,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from orchestrator.common.offload import run_blocking
 from orchestrator.gateway.record import Exchange
 from orchestrator.gateway.settings import ModelConfig
 from orchestrator.gateway.slot import Slot
@@ -37,7 +38,7 @@ CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 ROLLOUT_HEADER = "X-Trialbox-Rollout"
 RAW_CAP = 64 * 1024
-MAX_BODY_BYTES = 256 * 1024 * 1024  # long contexts and images: aiohttp's default is 1 MiB
+MAX_BODY_BYTES = 64 * 1024 * 1024  # long contexts and images: aiohttp's default is 1 MiB
 # Never forwarded from the agent: the connection's own, and what the gateway sets itself.
 _OWN_HEADERS = {
     "host", "authorization", "content-length", "connection", "keep-alive",
@@ -161,7 +162,7 @@ class Gateway:
             raise
         finally:
             exchange.latency_sec = time.monotonic() - started
-            slot.add(exchange, admitted=exchange.limit is None and exchange.request is not None)
+            slot.add(exchange, admitted=exchange.admitted)
 
     async def _exchange(
         self, slot: Slot, request: web.BaseRequest, path: str, exchange: Exchange
@@ -173,6 +174,8 @@ class Gateway:
             why = "the agent's phase is over" if refused == "closed" else slot.describe(refused)
             exchange.error = why
             return _error(403, f"trialbox: {why}", "trialbox_limit", refused)
+        slot.admit()  # counted now: calls whose bodies are still arriving cannot overshoot
+        exchange.admitted = True
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
@@ -215,7 +218,12 @@ class Gateway:
         self, slot: Slot, request: web.BaseRequest, raw: bytes, exchange: Exchange
     ) -> web.StreamResponse:
         try:
-            body = json.loads(raw or b"{}")
+            # A long context is megabytes of JSON: parsed off the loop every trial shares.
+            body = (
+                await run_blocking(json.loads, raw or b"{}")
+                if len(raw) > 1 << 20
+                else (json.loads(raw or b"{}"))
+            )
             if not isinstance(body, dict):
                 raise ValueError("the body is not a JSON object")
         except ValueError as exc:
@@ -223,7 +231,6 @@ class Gateway:
             return _error(400, exchange.error, "invalid_request_error")
         body = self._prepared(slot, body)
         exchange.request = body
-        slot.admit()
         exchange.streamed = bool(body.get("stream"))
         url = f"{slot.model.base_url}/chat/completions"
         try:
@@ -275,7 +282,6 @@ class Gateway:
         """Other paths (/v1/responses, /v1/messages, ...) go upstream as they are, recorded
         raw: the gateway adds the key and the tag and keeps the limits, nothing more."""
         exchange.request = raw[:RAW_CAP].decode("utf-8", errors="replace")
-        slot.admit()
         suffix = path.removeprefix("/v1")
         url = f"{slot.model.base_url}{suffix}"
         try:

@@ -6,7 +6,14 @@ The trial, the agents, prewarm and reap talk only to these interfaces; each back
 
 from orchestrator.sandbox.backend import Backend, ImageOutcome, ImagePlan, Leftover
 from orchestrator.sandbox.protocol import Capabilities, ExecResult, Health, Sandbox
-from orchestrator.sandbox.spec import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL, Mount, SandboxSpec
+from orchestrator.sandbox.spec import (
+    LABEL_JOB,
+    LABEL_OWNER,
+    LABEL_TRIAL,
+    Mount,
+    SandboxSpec,
+    sandbox_name,
+)
 
 __all__ = [
     "LABEL_JOB",
@@ -22,4 +29,5 @@ __all__ = [
     "Mount",
     "Sandbox",
     "SandboxSpec",
+    "sandbox_name",
 ]

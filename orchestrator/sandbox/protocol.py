@@ -120,8 +120,9 @@ class Sandbox(RelaySandbox, Protocol):
         ...
 
     async def stop_all_from_host(self) -> bool:
-        """Kill every process but PID 1 without running anything inside (a sandbox whose
-        pids are exhausted cannot fork a `kill`); False when this backend cannot."""
+        """When the sandbox's pids are exhausted (it cannot fork a `kill`), kill every process
+        but PID 1 without running anything inside; False when they are not, or this backend
+        cannot."""
         ...
 
     @property

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from pydantic import BaseModel, ConfigDict, Field
 
 LABEL_TRIAL = "trialbox.trial"
 LABEL_JOB = "trialbox.job"
 LABEL_OWNER = "trialbox.owner"
+
+
+def sandbox_name(trial_id: str, job_id: str) -> str:
+    """`trialbox-<trial id>.<6 hex of the job id>`."""
+    return f"trialbox-{trial_id}.{hashlib.sha256(job_id.encode()).hexdigest()[:6]}"
 
 
 class Mount(BaseModel):
@@ -37,8 +44,9 @@ class SandboxSpec(BaseModel):
 
     @property
     def name(self) -> str:
-        """The sandbox's name: one per trial, so a half-made one can always be found."""
-        return f"trialbox-{self.trial_id}"
+        """The sandbox's name: one per trial of one job, so a half-made one can always be
+        found, and two engines on one host running the same rollout id never meet."""
+        return sandbox_name(self.trial_id, self.job_id)
 
     @property
     def labels(self) -> dict[str, str]:

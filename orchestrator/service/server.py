@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import logging
 import re
@@ -47,6 +48,7 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
+from urllib.parse import urlsplit
 
 import aiofiles
 from fastapi import FastAPI, Header, HTTPException, Query
@@ -174,6 +176,13 @@ class Tokens:
                 raise ValueError(f"tenant {prefix!r} shares its token with another holder")
             seen[token] = prefix
         self._admin = _digest(admin) if admin is not None else None
+        prefixes = sorted(seen.values())
+        for a, b in itertools.combinations(prefixes, 2):
+            if b.startswith(a):  # sorted, so only the second can extend the first
+                raise ValueError(
+                    f"tenant prefixes {a!r} and {b!r} overlap: {a!r}'s token would reach "
+                    f"{b!r}'s rollouts; give tenants prefixes that end in a separator ('a::')"
+                )
         self._tenants = [(prefix, _digest(token)) for token, prefix in seen.items()]
 
     @property
@@ -235,6 +244,22 @@ def _document(status: RolloutStatus, **extra: Any) -> dict[str, Any]:
     return {**extra, **status.model_dump(mode="json")}
 
 
+def _url_under(url: str, prefix: str) -> bool:
+    """`url` is on exactly the scheme, host and port of `prefix`, under its path (a plain
+    string prefix would let `https://api.example.com.evil.example` through)."""
+    given, allowed = urlsplit(url), urlsplit(prefix)
+    if (given.scheme, given.hostname, given.port) != (
+        allowed.scheme,
+        allowed.hostname,
+        allowed.port,
+    ):
+        return False
+    if given.username or given.password:
+        return False
+    base = allowed.path.rstrip("/")
+    return given.path == base or given.path.startswith(base + "/")
+
+
 def create_app(
     engine: TrialEngine,
     *,
@@ -274,7 +299,7 @@ def create_app(
                 422, "this server takes task_id (dataset mode) or its template task, not task paths"
             )
         url = request.model.base_url if request.model is not None else None
-        if url is not None and not any(url.startswith(prefix) for prefix in model_urls):
+        if url is not None and not any(_url_under(url, prefix) for prefix in model_urls):
             raise HTTPException(
                 422,
                 f"model.base_url {url!r} is not allowed here (the server sends its model key "

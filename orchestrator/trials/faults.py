@@ -8,7 +8,12 @@ sandbox killed or removed through the engine, or an engine that does not answer,
 
 from __future__ import annotations
 
-from orchestrator.common.errors import AgentResourceError, SandboxLostError, TrialboxError
+from orchestrator.common.errors import (
+    AgentResourceError,
+    SandboxLostError,
+    TrialboxError,
+    VerifierSetupError,
+)
 from orchestrator.sandbox import Health, Sandbox
 
 
@@ -27,6 +32,10 @@ def classify(health: Health, *, what: str, memory_mb: int) -> TrialboxError | No
     (the original error then stands)."""
     if not health.known:
         return SandboxLostError(f"{what}: the engine did not answer about the sandbox")
+    if health.stopped_outside or not health.exists:  # whatever the agent did before
+        return SandboxLostError(
+            f"{what}: the sandbox was killed or removed from outside (not by this trial)"
+        )
     if health.oom_kills > 0 and (health.died_inside or not health.running):
         return AgentResourceError(
             f"{what}: the sandbox ran out of memory ({health.oom_kills} OOM kill(s); the task "
@@ -36,10 +45,6 @@ def classify(health: Health, *, what: str, memory_mb: int) -> TrialboxError | No
         return AgentResourceError(
             f"{what}: the agent's processes hold every pid the sandbox allows "
             f"({health.pids_current} of {health.pids_limit})"
-        )
-    if health.stopped_outside or not health.exists:
-        return SandboxLostError(
-            f"{what}: the sandbox was killed or removed from outside (not by this trial)"
         )
     if health.died_inside:
         return AgentResourceError(f"{what}: the sandbox stopped from inside")
@@ -74,6 +79,14 @@ async def free_pids(sandbox: Sandbox) -> str | None:
 
 
 async def explained(sandbox: Sandbox, exc: Exception, *, memory_mb: int) -> Exception:
-    """`exc`, or its true cause by the engine's account of the sandbox."""
+    """`exc`, or its true cause by the engine's account of the sandbox. A sandbox that runs,
+    untouched from outside, yet cannot empty /logs/verifier was broken from inside (an agent
+    that removed `rm` or `sh`, say): the sample counts."""
     health = await sandbox.health(pids=True)
-    return classify(health, what=str(exc).strip(), memory_mb=memory_mb) or exc
+    cause = classify(health, what=str(exc).strip(), memory_mb=memory_mb)
+    if cause is None and isinstance(exc, VerifierSetupError) and health.running:
+        cause = AgentResourceError(
+            f"{str(exc).strip()} — the sandbox runs and was not touched from outside, so the "
+            "agent left it unable to run the verifier's setup"
+        )
+    return cause or exc

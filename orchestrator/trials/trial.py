@@ -101,6 +101,7 @@ class Trial:
         self.relay_outcome: RelayOutcome | None = None
         self._health_at_loss: Health | None = None
         self._cut: set[str] = set()  # collected files cut at the cap, relative to trial_dir
+        self._copying: asyncio.Future[list[str]] | None = None
         self._phase: Phase = "materialize"
         self._ran = False
 
@@ -138,7 +139,23 @@ class Trial:
 
     # -- phases -------------------------------------------------------------------------------
 
+    def _claim_folder(self) -> None:
+        """The trial's folder is its own: made here, never shared. When it exists already (the
+        same rollout id run again after its retention window), the trial id gets the first
+        free `.2`, `.3`, ... suffix: an earlier trial's files and result are never touched."""
+        base, n = self.trial_id, 1
+        while True:
+            try:
+                self.trial_dir.mkdir(parents=True, exist_ok=False)
+                break
+            except FileExistsError:
+                n += 1
+                self.trial_id = check_id(f"{base[: 127 - len(str(n))]}.{n}", "trial id")
+                self.trial_dir = self.trial_dir.parent / self.trial_id
+        self.result.trial_id, self.result.trial_dir = self.trial_id, str(self.trial_dir)
+
     async def _materialize(self) -> Materialized:
+        await run_blocking(self._claim_folder)
         return await run_blocking(
             materialize, self.task, self.trial_dir, trial_id=self.trial_id,
             rollout_id=self.rollout_id, prompt=self.prompt, metadata=self.metadata,
@@ -225,11 +242,11 @@ class Trial:
         try:
             await relay.run(self.agent.command(), timeout_sec=timeout, env=env)
         finally:
-            if self.link is not None:
-                await asyncio.shield(self.link.close())
-            if relay.outcome is not None:
+            if relay.outcome is not None:  # first: a cancel while closing must not lose it
                 self.relay_outcome = relay.outcome
                 self.result.agent = _agent_outcome(relay.outcome, time.monotonic() - started)
+            if self.link is not None:
+                await asyncio.shield(self.link.close())
         assert self.relay_outcome is not None  # run() returned, so the relay decided
         if not self.relay_outcome.scoreable:
             lost = AgentInfraError(f"the agent's sandbox was lost: {self.relay_outcome.detail}")
@@ -265,7 +282,12 @@ class Trial:
     async def _collect(self, sandbox: Sandbox) -> None:
         with self._timed("collect"):
             cap = self.limits.log_file_cap_bytes
-            cut = await sandbox.download(paths.LOGS_DIR, self.trial_dir, file_cap=cap)
+            # Shielded and kept: cut short by a timeout, the copy goes on in its thread, and
+            # what it writes is still scrubbed once it ends (`_settle_copy`).
+            self._copying = asyncio.ensure_future(
+                sandbox.download(paths.LOGS_DIR, self.trial_dir, file_cap=cap)
+            )
+            cut = await asyncio.shield(self._copying)
             self._cut.update(cut)
             self.result.warnings.extend(
                 f"{name} was cut at {cap} bytes (Limits.log_file_cap_bytes)" for name in cut
@@ -342,6 +364,7 @@ class Trial:
         sandbox = self.sandbox
         if sandbox is not None and not sandbox.destroyed and staged is not None and not cancelled:
             await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
+        await self._guarded("collect", self._settle_copy())
         await self._guarded("agent", self._keep_model_record())
         if not cancelled and staged is not None:
             if verified and self.result.error is None:
@@ -373,6 +396,16 @@ class Trial:
             await asyncio.wait_for(step, limit)
         except Exception as exc:
             self._fail(exc, phase)
+
+    async def _settle_copy(self) -> None:
+        """A copy of /logs cut short still runs: let it end (bounded), then scrub everything
+        it wrote, so no secret stays in a file written after the scrub."""
+        copying = self._copying
+        if copying is None or copying.done():
+            return
+        await asyncio.wait({copying}, timeout=self.limits.collect_sec)
+        if self.scrubber:
+            await run_blocking(self.scrubber.tree, self.trial_dir / "logs")
 
     async def _release_model(self) -> None:
         if self.link is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.common.errors import SandboxError
+from orchestrator.sandbox import sandbox_name
 from orchestrator.tasks.task import load_task
 from tests.conformance.conftest import BackendUnderTest
 from tests.conftest import BASE_IMAGE_MAP, EXAMPLES
@@ -52,7 +53,7 @@ async def test_leftovers_are_found_by_owner_and_job_and_removed(
         assert by_both == by_job
         assert by_job[0].owner == backend.owner
         assert by_job[0].job == backend.job_id
-        assert by_job[0].trial == sandbox.name.removeprefix("trialbox-")
+        assert sandbox.name == sandbox_name(by_job[0].trial, backend.job_id)
         assert sandbox.name not in [leftover.name for leftover in by_other_owner]
 
         assert await chosen.remove_leftovers(by_job) == 1

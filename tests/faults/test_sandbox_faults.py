@@ -16,6 +16,7 @@ import docker
 import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
+from orchestrator.sandbox import sandbox_name
 from tests.conftest import BASE_IMAGE, DEFAULT_DOCKERFILE, OFFICIAL_IMAGE, REPO_ROOT, MakeTask
 
 pytestmark = pytest.mark.docker
@@ -132,9 +133,10 @@ async def test_a_sandbox_killed_from_outside_is_infra(
     task = make_task(test_sh=test_sh)
     agent = "command:touch /tmp/working; sleep 60" if when == "agent" else "nop"
     marker = "/tmp/working" if when == "agent" else "/tmp/verifying"
-    trial_id = f"killed-{when}"
-    killer = asyncio.ensure_future(_kill_when(docker_client, f"trialbox-{trial_id}", marker))
-    result = await run_trial(task, agent, config=config, trial_id=trial_id)
+    trial_id, job_id = f"killed-{when}", f"job-killed-{when}"
+    name = sandbox_name(trial_id, job_id)
+    killer = asyncio.ensure_future(_kill_when(docker_client, name, marker))
+    result = await run_trial(task, agent, config=config, trial_id=trial_id, job_id=job_id)
     await killer
     assert result.status == "failure"
     assert result.error is not None

@@ -33,6 +33,7 @@ from orchestrator import (
     run_job,
     run_trial,
 )
+from orchestrator.sandbox import sandbox_name
 from orchestrator.service.server import create_app
 from tests.conftest import BASE_IMAGE, EXAMPLES, OFFICIAL_IMAGE, REPO_ROOT
 from tests.support.standin import Reply, StandIn, StandInThread, shell_solver
@@ -100,10 +101,12 @@ async def test_the_sandbox_never_sees_the_upstream_key(
     async with StandIn() as upstream:
         result = await run_trial(SHELL_TASK, probe, config=with_model(kept, upstream))
     try:
-        container = docker_client.containers.get(f"trialbox-{result.trial_id}")
+        container = docker_client.containers.get(sandbox_name(result.trial_id, result.job_id))
         inspected = json.dumps(container.attrs)
     finally:
-        docker_client.containers.get(f"trialbox-{result.trial_id}").remove(force=True)
+        docker_client.containers.get(sandbox_name(result.trial_id, result.job_id)).remove(
+            force=True
+        )
     env = agent_file(result, "env.txt").read_text()
     # the agent held the slot's token, itself scrubbed from what was collected
     assert "OPENAI_API_KEY=[redacted]" in env and "OPENAI_BASE_URL=http://127.0.0.1:" in env

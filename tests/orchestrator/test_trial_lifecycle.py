@@ -14,6 +14,7 @@ import pytest
 
 from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator import TrialConfig, TrialResult, run_trial
+from orchestrator.sandbox import sandbox_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"
@@ -48,7 +49,7 @@ async def test_kept_container_carries_labels_and_limits(
     config = config.model_copy(update={"keep_containers": True})
     result = await run_trial(task, "nop", config=config, job_id="job-limits")
     try:
-        container = docker_ready.containers.get(f"trialbox-{result.trial_id}")
+        container = docker_ready.containers.get(sandbox_name(result.trial_id, result.job_id))
         assert container.labels["trialbox.trial"] == result.trial_id
         assert container.labels["trialbox.job"] == "job-limits"
         assert container.labels["trialbox.owner"] == config.owner
@@ -62,7 +63,7 @@ async def test_kept_container_carries_labels_and_limits(
         assert "no-new-privileges" in host["SecurityOpt"]
         assert container.status == "running"
     finally:
-        docker_ready.containers.get(f"trialbox-{result.trial_id}").remove(force=True)
+        docker_ready.containers.get(sandbox_name(result.trial_id, result.job_id)).remove(force=True)
     assert result.reward == 1.0
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from container_runtime.contract import ContainerInput, ContainerResult, read_model
 from orchestrator import TrialConfig, TrialResult, run_trial
+from orchestrator.sandbox import sandbox_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"
@@ -42,7 +43,7 @@ async def test_oracle_solves_hello(config: TrialConfig, container_watch) -> None
     assert (logs(result) / "verifier" / "reward.txt").read_text().strip() == "1"
     assert (logs(result) / "verifier" / "test-stdout.txt").is_file()
     # One labelled container, named after the trial (and removed: see the leak check).
-    assert container_watch.created() == [f"trialbox-{result.trial_id}"]
+    assert container_watch.created() == [sandbox_name(result.trial_id, result.job_id)]
 
 
 async def test_wrong_answer_is_scored_zero_not_an_error(config: TrialConfig) -> None:

@@ -14,10 +14,11 @@ import pytest
 
 from orchestrator import TrialConfig
 from orchestrator.common.ids import trial_id_for
+from orchestrator.sandbox import sandbox_name
 from orchestrator.service import engine as engine_module
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.ttl_cache import TtlCache
-from tests.conftest import ensure_task_image
+from tests.conftest import TEST_OWNER, ensure_task_image
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
 LONG = "command:sleep 60"
@@ -72,7 +73,7 @@ async def until_sandbox_up(
 ) -> None:
     """The rollout's container runs, so a cancel now is a host abort of a started agent
     (`running` is reported from the trial's first phase, before any container exists)."""
-    name = "trialbox-" + trial_id_for(rollout_id)
+    name = sandbox_name(trial_id_for(rollout_id), engine.job_id)
     job = f"trialbox.job={engine.job_id}"
 
     def names() -> list[str]:
@@ -89,9 +90,8 @@ async def until_sandbox_up(
 
 async def open_gate(client: docker.DockerClient, rollout_id: str, gate: str = GATE) -> None:
     """Let a held rollout go on: create `gate` in its sandbox."""
-    container = await asyncio.to_thread(
-        client.containers.get, "trialbox-" + trial_id_for(rollout_id)
-    )
+    labels = [f"trialbox.trial={trial_id_for(rollout_id)}", f"trialbox.owner={TEST_OWNER}"]
+    (container,) = await asyncio.to_thread(client.containers.list, filters={"label": labels})
     done = await asyncio.to_thread(container.exec_run, ["touch", gate], user="root")
     assert done.exit_code == 0, done.output
 

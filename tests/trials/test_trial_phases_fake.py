@@ -677,3 +677,22 @@ async def test_a_rollout_cancelled_while_running_is_named_and_torn_down(tmp_path
     assert result.trial_id == trial_id_for(rollout_id)
     assert on_disk(result).status == "cancelled"
     assert not backend.created[0].present
+
+
+async def test_a_trial_id_run_again_gets_its_own_folder_and_leaves_the_first_intact(
+    tmp_path: Path,
+) -> None:
+    """The same rollout id run again after its retention window: a `.2` suffix, never the
+    earlier trial's folder or result."""
+    task = make_task(tmp_path, test_sh=REWARD_1)
+    config = fake_config(tmp_path)
+    first = await run_trial(
+        task, "nop", config=config, backend=FakeBackend(QUICK), trial_id="again", job_id="j"
+    )
+    second = await run_trial(
+        task, "nop", config=config, backend=FakeBackend(QUICK), trial_id="again", job_id="j"
+    )
+    assert (first.trial_id, second.trial_id) == ("again", "again.2")
+    assert (first.status, second.status) == ("success", "success")
+    assert on_disk(first).trial_id == "again" and on_disk(second).trial_id == "again.2"
+    assert Path(second.trial_dir).name == "again.2"

@@ -251,6 +251,10 @@ class DockerSandbox:
             return Health(known=False)
 
     async def stop_all_from_host(self) -> bool:
+        """Only for a sandbox whose pids are exhausted (nothing else can run a `kill`): any
+        other failure to run a command is no reason to kill the agent's servers."""
+        if not (await self.health(pids=True)).pids_exhausted:
+            return False
         try:
             return await docker_api.call(
                 f"stop the processes of {self.container_id[:12]} from the host",

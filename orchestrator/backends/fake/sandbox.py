@@ -182,7 +182,10 @@ class FakeSandbox:
         return Health(exists=self._present, running=self._present)
 
     async def stop_all_from_host(self) -> bool:
-        """Every process ends at once, as SIGKILL from the host would."""
+        """Every process ends at once, as SIGKILL from the host would; only when the scripted
+        health says the pids are exhausted, as Docker's does."""
+        if not (await self.health(pids=True)).pids_exhausted:
+            return False
         self.processes.end_all()
         return True
 
