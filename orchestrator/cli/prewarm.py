@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import time
+from collections import Counter
 
 from rich.console import Console
 from rich.table import Table
@@ -51,7 +53,14 @@ def _table(rows: list[PrewarmRow]) -> Table:
     return table
 
 
+def _totals(rows: list[PrewarmRow], seconds: float) -> str:
+    counts = Counter(row.status for row in rows)
+    parts = [f"{n} {status}" for status, n in sorted(counts.items())]
+    return f"{len(rows)} image(s): {', '.join(parts)}, in {seconds:.1f} s"
+
+
 async def _prewarm(args: argparse.Namespace, console: Console) -> int:
+    started = time.monotonic()
     tasks = tasks_of(args)
     config = config_of(args)
     with progress_bar(console) as progress:
@@ -65,9 +74,11 @@ async def _prewarm(args: argparse.Namespace, console: Console) -> int:
         except PrewarmError as exc:
             progress.stop()
             console.print(_table(exc.rows))
+            console.print(_totals(exc.rows, time.monotonic() - started))
             print_error(console, exc)
             return 1
     console.print(_table(rows))
+    console.print(_totals(rows, time.monotonic() - started))
     return 0
 
 
