@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -52,15 +53,41 @@ class ImagePython:
         return parts >= MIN_PYTHON
 
 
+def _probe_cache(image_id: str) -> Path:
+    # An image id is a hash of its content: what it holds never changes, so neither does the
+    # answer, across processes too.
+    return cache_dir() / "probes" / image_id.replace(":", "-")
+
+
 def probe_blocking(image: str) -> ImagePython | None:
-    """The image's python3, by running it once (None: not local, no sh, or no python3)."""
+    """The python3 of the image with this id, by running it once ever on this host (None:
+    not local, no sh, or no python3; also remembered)."""
+    cached = _probe_cache(image)
+    try:
+        known = cached.read_text().split()
+    except OSError:
+        known = None
+    if known is not None:
+        return ImagePython(path=known[0], version=known[1]) if len(known) == 2 else None
+    try:
+        found = _probe_blocking(image)
+    except docker.errors.APIError:
+        return None  # the engine failed, not the image: no answer to remember
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{uuid.uuid4().hex}")
+    partial.write_text("" if found is None else f"{found.path} {found.version}\n")
+    partial.replace(cached)
+    return found
+
+
+def _probe_blocking(image: str) -> ImagePython | None:
     client = docker_api.docker_client()
     try:
         output = client.containers.run(
             image, ["sh", "-c", _PROBE], entrypoint=[], remove=True, network_mode="none",
             stdout=True, stderr=False,
         )  # fmt: skip
-    except (docker.errors.ContainerError, docker.errors.ImageNotFound, docker.errors.APIError):
+    except docker.errors.ContainerError:  # no sh, no python3: the image's own answer
         return None
     lines = output.decode(errors="replace").split()
     if len(lines) != 2 or not lines[0].startswith("/"):
