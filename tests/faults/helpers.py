@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
+import docker.errors
 
 from tests.conftest import BASE_IMAGE, OFFICIAL_IMAGE, REPO_ROOT
 
@@ -96,6 +97,11 @@ def wait_for(probe: Callable[[], T | None], within: float, *, what: str, every: 
 def job_containers(client: docker.DockerClient, owner: str, job: str) -> list[Any]:
     """The trial containers of one job of one owner, running or not."""
     labels = ["trialbox.trial", f"trialbox.owner={owner}", f"trialbox.job={job}"]
+    for _ in range(10):
+        try:
+            return client.containers.list(all=True, filters={"label": labels})
+        except docker.errors.NotFound:  # one went away between the list and its inspect
+            time.sleep(0.05)
     return client.containers.list(all=True, filters={"label": labels})
 
 

@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 import docker
+import docker.errors
 import pytest
 
 from tests.conftest import TEST_OWNER
@@ -50,7 +51,10 @@ def wait_until_agents_sleep(client: docker.DockerClient, run: RunProcess, job: s
         if len(running) != 2:
             return None
         for container in running:
-            processes = container.top().get("Processes") or []
+            try:
+                processes = container.top().get("Processes") or []
+            except docker.errors.NotFound:  # gone meanwhile: look again
+                return None
             if not any("sleep 60" in " ".join(p) for p in processes):
                 return None
         return running
