@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from container_runtime import atif
-from container_runtime.trajectory import StepBuilder
+from container_runtime.atif_builder import StepBuilder
 from orchestrator.gateway.record import Exchange, GatewayRecord
 
 CHAT_COMPLETIONS_PATH = "/chat/completions"
