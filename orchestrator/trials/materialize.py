@@ -19,6 +19,7 @@ from container_runtime import paths
 from container_runtime.contract import ContainerInput
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import TaskError
+from orchestrator.common.ids import check_id
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import check_tree, checksum_tree
 
@@ -65,6 +66,20 @@ def skeleton_tar(container_input: ContainerInput) -> bytes:
             paths.VERIFIER_DIR.lstrip("/"): 0o755,
         },
     )
+
+
+def claim_folder(job_dir: Path, trial_id: str) -> str:
+    """Make the trial's folder, never sharing one: when `trial_id`'s exists already (the same
+    rollout id run again after its retention window), the first free `.2`, `.3`, ... suffix
+    is taken, so an earlier trial's files and result are never touched. Returns the id."""
+    candidate, n = trial_id, 1
+    while True:
+        try:
+            (job_dir / candidate).mkdir(parents=True, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = check_id(f"{trial_id[: 127 - len(str(n))]}.{n}", "trial id")
 
 
 def split_label(metadata: dict[str, Any]) -> tuple[dict[str, Any], Any]:

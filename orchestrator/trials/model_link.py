@@ -37,8 +37,10 @@ class ModelLink:
     """Opened before the sandbox exists (its folder is part of the spec), connected once the
     sandbox runs, closed when the agent is done (or the trial ends, whichever is first)."""
 
-    def __init__(self, gateway: Gateway, model: ModelConfig) -> None:
-        self.gateway = gateway
+    def __init__(self, gateway: Gateway | None, model: ModelConfig) -> None:
+        # A trial without an engine's gateway makes its own, and closes it on `release`.
+        self.gateway = gateway or Gateway()
+        self._owns_gateway = gateway is None
         self.model = model
         self.slot: Slot | None = None
         self.base_url: str | None = None
@@ -100,9 +102,11 @@ class ModelLink:
             await self.gateway.close_slot(self.slot)
 
     async def release(self) -> None:
-        """After teardown: the slot's folder goes too."""
+        """After teardown: the slot's folder goes too (and the gateway, if it is ours)."""
         if self.slot is not None:
             await self.gateway.release_slot(self.slot)
+        if self._owns_gateway:
+            await self.gateway.aclose()
 
     @property
     def record(self) -> GatewayRecord | None:
@@ -119,20 +123,24 @@ class ModelLink:
         result.usage = record.usage
         result.model_limit = record.stopped_by
         try:
-            await self.write(agent_dir, agent_name=result.agent_spec, agent_version=__version__)
-            if scrubber:
-                await run_blocking(scrubber.tree, agent_dir)
+            await self.write(
+                agent_dir, agent_name=result.agent_spec, agent_version=__version__,
+                scrubber=scrubber,
+            )  # fmt: skip
         except Exception as exc:
             result.warnings.append(f"the model record was not written: {exc!r}")
 
-    async def write(self, agent_dir: Path, *, agent_name: str, agent_version: str) -> None:
-        """`gateway.json` always; `trajectory.json` (ATIF) when the agent called the model.
-        A trajectory the agent wrote itself is kept beside it as `trajectory.agent.json`."""
+    async def write(
+        self, agent_dir: Path, *, agent_name: str, agent_version: str, scrubber: Scrubber
+    ) -> None:
+        """`gateway.json` always; `trajectory.json` (ATIF) when the agent called the model,
+        both scrubbed as they are written. A trajectory the agent wrote itself is kept beside
+        it as `trajectory.agent.json`."""
         record = self.record
         if record is None:
             return
         await run_blocking(agent_dir.mkdir, parents=True, exist_ok=True)
-        await _write(agent_dir / "gateway.json", record.model_dump_json(indent=2))
+        await _write(agent_dir / "gateway.json", scrubber.text(record.model_dump_json(indent=2)))
         try:
             doc = trajectory_from_record(record, agent_name=agent_name, agent_version=agent_version)
         except ValueError:
@@ -140,7 +148,7 @@ class ModelLink:
         own = agent_dir / "trajectory.json"
         if await run_blocking(own.is_file):
             await run_blocking(own.replace, agent_dir / "trajectory.agent.json")
-        await _write(own, json.dumps(doc, indent=2))
+        await _write(own, scrubber.text(json.dumps(doc, indent=2)))
 
 
 async def _write(path: Path, text: str) -> None:

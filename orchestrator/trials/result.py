@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator.common.errors import ErrorCategory
 from orchestrator.gateway.record import Usage
+from relay import RelayOutcome
 
 TrialStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
 Phase = Literal["materialize", "image", "start", "agent", "verify", "collect", "teardown"]
@@ -39,6 +40,17 @@ class AgentOutcome(BaseModel):
     duration_sec: float = 0.0
     stop_sec: float = Field(0.0, description="How long stopping it took (timeout or abort).")
     detail: str = Field("", description="The relay's account of the ending.")
+
+    @classmethod
+    def of_relay(cls, outcome: RelayOutcome, duration: float) -> AgentOutcome:
+        """The relay's one decision, in the result's words (its Ending values are ours)."""
+        return cls(
+            termination=outcome.ending.value,  # type: ignore[arg-type]
+            exit_code=outcome.exit_code,
+            duration_sec=duration,
+            stop_sec=outcome.stop_sec,
+            detail=outcome.detail,
+        )
 
 
 class Timings(BaseModel):

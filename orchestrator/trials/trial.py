@@ -38,10 +38,16 @@ from orchestrator.gateway.settings import ModelOverride
 from orchestrator.sandbox import Backend, Health, ImageOutcome, Mount, Sandbox, SandboxSpec
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
+from orchestrator.trials.collect import LogCollector
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.faults import after_agent, classify
 from orchestrator.trials.guarded import GuardedSandbox
-from orchestrator.trials.materialize import Materialized, materialize, skeleton_tar
+from orchestrator.trials.materialize import (
+    Materialized,
+    claim_folder,
+    materialize,
+    skeleton_tar,
+)
 from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
 from orchestrator.trials.rewards import headline_reward
@@ -83,7 +89,7 @@ class Trial:
         self.limits = config.limits
         self.prompt = prompt
         self.model = None if config.model is None else config.model.merged(model)
-        self._gateway, self._own_gateway = gateway, gateway is None
+        self._gateway = gateway
         self.link: ModelLink | None = None
         self._on_grading = on_grading
         self.trial_id = check_id(trial_id, "trial id")
@@ -91,6 +97,7 @@ class Trial:
         self.rollout_id = rollout_id
         self.metadata = dict(metadata)
         self.trial_dir = config.jobs_dir.resolve() / job_id / trial_id
+        self.logs = LogCollector(self.trial_dir, config.limits.log_file_cap_bytes)
         self.scrubber = Scrubber(self._secrets())
         self.result = TrialResult(
             trial_id=trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
@@ -100,8 +107,6 @@ class Trial:
         self.sandbox: Sandbox | None = None
         self.relay_outcome: RelayOutcome | None = None
         self._health_at_loss: Health | None = None
-        self._cut: set[str] = set()  # collected files cut at the cap, relative to trial_dir
-        self._copying: asyncio.Future[list[str]] | None = None
         self._phase: Phase = "materialize"
         self._ran = False
 
@@ -139,23 +144,10 @@ class Trial:
 
     # -- phases -------------------------------------------------------------------------------
 
-    def _claim_folder(self) -> None:
-        """The trial's folder is its own: made here, never shared. When it exists already (the
-        same rollout id run again after its retention window), the trial id gets the first
-        free `.2`, `.3`, ... suffix: an earlier trial's files and result are never touched."""
-        base, n = self.trial_id, 1
-        while True:
-            try:
-                self.trial_dir.mkdir(parents=True, exist_ok=False)
-                break
-            except FileExistsError:
-                n += 1
-                self.trial_id = check_id(f"{base[: 127 - len(str(n))]}.{n}", "trial id")
-                self.trial_dir = self.trial_dir.parent / self.trial_id
-        self.result.trial_id, self.result.trial_dir = self.trial_id, str(self.trial_dir)
-
     async def _materialize(self) -> Materialized:
-        await run_blocking(self._claim_folder)
+        self.trial_id = await run_blocking(claim_folder, self.trial_dir.parent, self.trial_id)
+        self.trial_dir = self.logs.trial_dir = self.trial_dir.parent / self.trial_id
+        self.result.trial_id, self.result.trial_dir = self.trial_id, str(self.trial_dir)
         return await run_blocking(
             materialize, self.task, self.trial_dir, trial_id=self.trial_id,
             rollout_id=self.rollout_id, prompt=self.prompt, metadata=self.metadata,
@@ -214,8 +206,6 @@ class Trial:
                     "(TrialConfig.model in Python)"
                 )
             return ()
-        if self._gateway is None:
-            self._gateway = Gateway()
         self.link = ModelLink(self._gateway, self.model)
         mount = await self.link.open(
             trial_id=self.trial_id, rollout_id=self.rollout_id,
@@ -244,7 +234,8 @@ class Trial:
         finally:
             if relay.outcome is not None:  # first: a cancel while closing must not lose it
                 self.relay_outcome = relay.outcome
-                self.result.agent = _agent_outcome(relay.outcome, time.monotonic() - started)
+                duration = time.monotonic() - started
+                self.result.agent = AgentOutcome.of_relay(relay.outcome, duration)
             if self.link is not None:
                 await asyncio.shield(self.link.close())
         assert self.relay_outcome is not None  # run() returned, so the relay decided
@@ -281,19 +272,7 @@ class Trial:
 
     async def _collect(self, sandbox: Sandbox) -> None:
         with self._timed("collect"):
-            cap = self.limits.log_file_cap_bytes
-            # Shielded and kept: cut short by a timeout, the copy goes on in its thread, and
-            # what it writes is still scrubbed once it ends (`_settle_copy`).
-            self._copying = asyncio.ensure_future(
-                sandbox.download(paths.LOGS_DIR, self.trial_dir, file_cap=cap)
-            )
-            cut = await asyncio.shield(self._copying)
-            self._cut.update(cut)
-            self.result.warnings.extend(
-                f"{name} was cut at {cap} bytes (Limits.log_file_cap_bytes)" for name in cut
-            )
-            if self.scrubber:
-                await run_blocking(self.scrubber.tree, self.trial_dir / "logs")
+            self.result.warnings.extend(await self.logs.collect(sandbox, self.scrubber))
 
     async def _teardown(self) -> None:
         if self.sandbox is None or self.config.keep_containers:
@@ -303,13 +282,7 @@ class Trial:
 
     async def _score(self, staged: Materialized) -> None:
         try:
-            for name in ("reward.json", "reward.txt"):
-                if f"logs/verifier/{name}" in self._cut:
-                    raise RewardFileError(
-                        f"{paths.VERIFIER_DIR}/{name}",
-                        f"cut at the collection cap ({self.limits.log_file_cap_bytes} bytes): "
-                        "a reward file holds a few numbers; the verifier wrote something else",
-                    )
+            self.logs.check_rewards_whole()
             rewards = await score(staged.logs_dir)
         except RewardFileError as exc:
             self._fail(exc, "verify")
@@ -364,7 +337,7 @@ class Trial:
         sandbox = self.sandbox
         if sandbox is not None and not sandbox.destroyed and staged is not None and not cancelled:
             await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
-        await self._guarded("collect", self._settle_copy())
+        await self._guarded("collect", self.logs.settle(self.scrubber, self.limits.collect_sec))
         await self._guarded("agent", self._keep_model_record())
         if not cancelled and staged is not None:
             if verified and self.result.error is None:
@@ -383,7 +356,8 @@ class Trial:
                 self.result.agent.termination = "aborted"  # None: the agent never ran
         else:
             self.result.status = "success" if self.result.rewards else "failure"
-        await self._guarded("teardown", self._release_model())
+        if self.link is not None:
+            await self._guarded("teardown", self.link.release())
         self.result.timings.total = time.monotonic() - started
         self.result.finished_at = _now()
         await self._write_result()
@@ -396,22 +370,6 @@ class Trial:
             await asyncio.wait_for(step, limit)
         except Exception as exc:
             self._fail(exc, phase)
-
-    async def _settle_copy(self) -> None:
-        """A copy of /logs cut short still runs: let it end (bounded), then scrub everything
-        it wrote, so no secret stays in a file written after the scrub."""
-        copying = self._copying
-        if copying is None or copying.done():
-            return
-        await asyncio.wait({copying}, timeout=self.limits.collect_sec)
-        if self.scrubber:
-            await run_blocking(self.scrubber.tree, self.trial_dir / "logs")
-
-    async def _release_model(self) -> None:
-        if self.link is not None:
-            await self.link.release()
-        if self._own_gateway and self._gateway is not None:
-            await self._gateway.aclose()
 
     async def _keep_model_record(self) -> None:
         if self.link is not None:
@@ -435,16 +393,6 @@ class Trial:
         text = self.scrubber.text(self.result.model_dump_json(indent=2))
         async with aiofiles.open(self.trial_dir / "result.json", "w", encoding="utf-8") as out:
             await out.write(text)
-
-
-def _agent_outcome(outcome: RelayOutcome, duration: float) -> AgentOutcome:
-    return AgentOutcome(
-        termination=outcome.ending.value,  # the relay's Ending values are the result's words
-        exit_code=outcome.exit_code,
-        duration_sec=duration,
-        stop_sec=outcome.stop_sec,
-        detail=outcome.detail,
-    )
 
 
 async def run_trial(
