@@ -12,7 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -24,6 +24,10 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential,
 )
+
+if TYPE_CHECKING:
+    from orchestrator.service.rollouts import RolloutRequest
+    from orchestrator.trials.result import TrialResult
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,28 @@ class CallbackPayload(BaseModel):
     reward: float | None = None
     rewards: dict[str, float] = Field(default_factory=dict)
     error: str | None = None
+
+
+def callback_of(
+    request: RolloutRequest, event: CallbackEvent, status: str, result: TrialResult | None
+) -> tuple[str, CallbackPayload] | None:
+    """The URL and payload of a rollout's `event` callback, or None when it asked for none."""
+    url = (
+        request.workflow_complete_url
+        if event == "workflow_complete"
+        else request.grader_complete_url
+    )
+    if url is None:
+        return None
+    payload = CallbackPayload(
+        event=event,
+        rollout_id=request.rollout_id,
+        status=status,
+        reward=result.reward if result else None,
+        rewards=result.rewards if result else {},
+        error=result.error.message if result and result.error else None,
+    )
+    return str(url), payload
 
 
 class _NotDelivered(Exception):

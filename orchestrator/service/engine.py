@@ -14,7 +14,8 @@ either raises `RolloutTombstoned`, and its id reads `cancelled`. `watch` is the 
 it returns once a rollout's status changes, woken by the engine's own transitions.
 
 This module is the lifecycle: admit, load, hold a slot, run, settle, cancel, shut down. The
-parts with rules of their own live beside it: `tombstones` (what must not start),
+parts with rules of their own live beside it: `loading` (a request's task and agent, each
+loaded once), `tombstones` (what must not start),
 `watchers` (long polls), `status` (the documents a rollout reads as), `selection` (what a
 cancel names) and `callbacks` (the `Outbox` of POSTs on their way).
 """
@@ -30,11 +31,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from orchestrator.common.ids import check_id, new_id, trial_id_for
-from orchestrator.common.offload import run_blocking
 from orchestrator.gateway.server import Gateway
 from orchestrator.sandbox import Backend
-from orchestrator.service.callbacks import CallbackEvent, CallbackPayload, Outbox
+from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
+from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
+from orchestrator.service.loading import Loader
 from orchestrator.service.rollouts import (
     Disposition,
     DuplicateRollout,
@@ -45,7 +47,6 @@ from orchestrator.service.rollouts import (
     RolloutStatus,
     RolloutTombstoned,
 )
-from orchestrator.service.selection import select
 from orchestrator.service.status import live_status, settled_status
 from orchestrator.service.tombstones import (
     DEFAULT_ABORT_TOMBSTONE_SEC,
@@ -54,8 +55,8 @@ from orchestrator.service.tombstones import (
 )
 from orchestrator.service.ttl_cache import TtlCache
 from orchestrator.service.watchers import DEFAULT_MAX_LONG_POLLS, Watchers
-from orchestrator.tasks.task import Task, load_task, resolve_task_id
-from orchestrator.trials.agents import Agent, parse_agent
+from orchestrator.tasks.task import Task
+from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialResult
 from orchestrator.trials.trial import Trial
@@ -119,8 +120,9 @@ class TrialEngine:
             id_ttl_sec=retention_sec, max_ids=max_tombstones, scope_ttl_sec=abort_tombstone_sec,
             clock=clock or time.monotonic, on_bury=self._watchers.notify,
         )  # fmt: skip
-        self._tasks: dict[Path, Task] = {}
-        self._agents: dict[str, Agent] = {}
+        self._loader = Loader(
+            default_agent=agent, default_task=self.default_task, tasks_dir=self.tasks_dir
+        )
         self._closed = False
         self._outbox = Outbox()
         self._mean_trial_sec = 10.0
@@ -179,29 +181,6 @@ class TrialEngine:
             raise ValueError("a tombstone needs a non-empty scope")
         self._tombstones.bury_scope(scope)
 
-    def _task_path(self, request: RolloutRequest) -> Path:
-        if request.task_id is not None:
-            if self.tasks_dir is None:
-                raise ValueError("task_id needs an engine with tasks_dir (dataset mode)")
-            return resolve_task_id(self.tasks_dir, request.task_id)
-        if request.task is not None:
-            return Path(request.task).resolve()
-        if self.default_task is None:
-            raise ValueError("the request names no task and the engine has no default task")
-        return self.default_task.resolve()
-
-    async def _load(self, request: RolloutRequest) -> tuple[Task, Agent]:
-        path = self._task_path(request)
-        task = self._tasks.get(path)
-        if task is None:
-            task = await run_blocking(load_task, path)
-            self._tasks[path] = task
-        spec = request.agent or self.default_agent
-        agent = self._agents.get(spec)
-        if agent is None:
-            agent = self._agents[spec] = parse_agent(spec)
-        return task, agent
-
     @property
     def gateway(self) -> Gateway | None:
         """The model gateway of this engine's rollouts, once one was needed."""
@@ -245,7 +224,7 @@ class TrialEngine:
         self._admit(request)
         self._check_model(request)
         if task is None or agent is None:
-            loaded_task, loaded_agent = await self._load(request)
+            loaded_task, loaded_agent = await self._loader.load(request)
             task, agent = task or loaded_task, agent or loaded_agent
             # Loading awaited: the engine may have closed, or the same id come in, meanwhile.
             self._admit(request)
@@ -276,22 +255,9 @@ class TrialEngine:
 
     def _callback(self, rollout: InFlight, event: CallbackEvent, status: str,
                   result: TrialResult | None = None) -> None:  # fmt: skip
-        url = (
-            rollout.request.workflow_complete_url
-            if event == "workflow_complete"
-            else rollout.request.grader_complete_url
-        )
-        if url is None:
-            return
-        payload = CallbackPayload(
-            event=event,
-            rollout_id=rollout.request.rollout_id,
-            status=status,
-            reward=result.reward if result else None,
-            rewards=result.rewards if result else {},
-            error=result.error.message if result and result.error else None,
-        )
-        self._outbox.post(str(url), payload)
+        found = callback_of(rollout.request, event, status, result)
+        if found is not None:
+            self._outbox.post(*found)
 
     async def _drive(self, rollout: InFlight) -> None:
         request = rollout.request
@@ -368,13 +334,6 @@ class TrialEngine:
 
     # -- cancel -------------------------------------------------------------------------------
 
-    def _tombstone_missing(self, missing: list[str]) -> None:
-        """Ids cancelled before their submit: neither live nor finished. The late submit is
-        refused, so a cancel that overtakes its submit still stops the rollout."""
-        for rollout_id in missing:
-            if self._finished.get(rollout_id) is None:
-                self._tombstones.bury(rollout_id, "cancelled by id before it was submitted")
-
     def cancel_nowait(
         self,
         *,
@@ -391,20 +350,10 @@ class TrialEngine:
         is neither live nor finished reads `not_found` and is tombstoned: a later submit of
         it is refused (`RolloutTombstoned`) for the retention window.
         """
-        sessions = {i: r.request.session_id for i, r in self._live.items()}
-        chosen = select(
-            sessions, ids=ids, prefix=prefix, everything=all, session_id=session_id, within=within
-        )
-        self._tombstone_missing(chosen.to_bury)
-        dispositions: dict[str, Disposition] = dict.fromkeys(chosen.missing, "not_found")
-        for rollout_id in chosen.live:
-            rollout = self._live[rollout_id]
-            running = rollout.running
-            if rollout.runner is not None and rollout.runner.cancel():
-                dispositions[rollout_id] = "cancelled_running" if running else "cancelled_queued"
-            else:
-                dispositions[rollout_id] = "not_found"
-        return dispositions
+        return cancel_selected(
+            self._live, self._finished, self._tombstones, ids=ids, prefix=prefix,
+            everything=all, session_id=session_id, within=within,
+        )  # fmt: skip
 
     async def cancel(
         self,

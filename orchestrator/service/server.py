@@ -38,27 +38,24 @@ The promises:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import itertools
 import json
 import logging
 import re
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
-from urllib.parse import urlsplit
+from typing import Annotated, Any
 
 import aiofiles
 from fastapi import FastAPI, Header, HTTPException, Query
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestrator.common.errors import TaskError, TrialboxError
 from orchestrator.common.ids import ROLLOUT_ID_PATTERN
+from orchestrator.service.auth import Tokens, scope_of
 from orchestrator.service.engine import TrialEngine
+from orchestrator.service.guards import BodyLimit, json_size, url_under
 from orchestrator.service.prewarm import prewarm
 from orchestrator.service.rollouts import (
     MAX_BODY_BYTES,
@@ -81,183 +78,11 @@ log = logging.getLogger(__name__)
 RolloutId = Annotated[str, PathParam(pattern=ROLLOUT_ID_PATTERN)]
 
 
-# -- request size ----------------------------------------------------------------------------
-
-
-class BodyLimit:
-    """ASGI middleware: a request body over `max_bytes` is answered 413 without reading on.
-
-    A Content-Length over the limit is refused before any of the body is read; otherwise the
-    body is read (and counted) here, at most `max_bytes` plus one chunk, and handed on whole.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, status: int,
-                      detail: str) -> None:  # fmt: skip
-        # The rest of the body stays unread: the connection cannot be reused, so say so.
-        response = JSONResponse({"detail": detail}, status, headers={"connection": "close"})
-        await response(scope, receive, send)
-
-    def _too_large(self) -> str:
-        return f"the request body is larger than the limit of {self.max_bytes} bytes"
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        lengths = [v for k, v in scope["headers"] if k.lower() == b"content-length"]
-        if lengths:
-            try:
-                declared = max(int(v) for v in lengths)
-            except ValueError:
-                await self._refuse(scope, receive, send, 400, "a malformed Content-Length")
-                return
-            if declared > self.max_bytes:
-                await self._refuse(scope, receive, send, 413, self._too_large())
-                return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left: nobody to answer
-                return
-            body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                await self._refuse(scope, receive, send, 413, self._too_large())
-                return
-            if not message.get("more_body", False):
-                break
-        handed = False
-
-        async def replay() -> Message:
-            nonlocal handed
-            if not handed:
-                handed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-def _json_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-# -- tokens ----------------------------------------------------------------------------------
-
-
-class Caller(NamedTuple):
-    """Who sent a cancel: `open` (no token is configured), `admin`, or a tenant's prefix."""
-
-    kind: str
-    prefix: str | None = None
-
-
-def _digest(token: str) -> bytes:
-    # Fixed-length digests, so compare_digest does not even reveal a token's length.
-    return hashlib.sha256(token.encode()).digest()
-
-
-class Tokens:
-    """The admin token and the tenants' tokens (prefix -> token), checked in constant time."""
-
-    def __init__(self, admin: str | None, tenants: Mapping[str, str]) -> None:
-        admin = admin.strip() if admin and admin.strip() else None
-        seen: dict[str, str] = {}
-        for prefix, token in tenants.items():
-            if not re.fullmatch(ROLLOUT_ID_PATTERN, prefix):
-                raise ValueError(f"tenant prefix {prefix!r} is not the start of a rollout id")
-            token = token.strip()
-            if not token:
-                raise ValueError(f"tenant {prefix!r} has an empty token")
-            if token == admin or token in seen:
-                raise ValueError(f"tenant {prefix!r} shares its token with another holder")
-            seen[token] = prefix
-        self._admin = _digest(admin) if admin is not None else None
-        prefixes = sorted(seen.values())
-        for a, b in itertools.combinations(prefixes, 2):
-            if b.startswith(a):  # sorted, so only the second can extend the first
-                raise ValueError(
-                    f"tenant prefixes {a!r} and {b!r} overlap: {a!r}'s token would reach "
-                    f"{b!r}'s rollouts; give tenants prefixes that end in a separator ('a::')"
-                )
-        self._tenants = [(prefix, _digest(token)) for token, prefix in seen.items()]
-
-    @property
-    def guarded(self) -> bool:
-        return self._admin is not None or bool(self._tenants)
-
-    def caller(self, authorization: str | None) -> Caller:
-        """Who this is; raises 401 when tokens are configured and none of them was given."""
-        if not self.guarded:
-            return Caller("open")
-        scheme, _, given = (authorization or "").partition(" ")
-        digest = _digest(given.strip())
-        bearer = scheme.lower() == "bearer" and bool(given.strip())
-        # Every configured token is compared, whichever matches, so timing tells nothing.
-        is_admin = self._admin is not None and hmac.compare_digest(digest, self._admin)
-        tenant = None
-        for prefix, expected in self._tenants:
-            if hmac.compare_digest(digest, expected):
-                tenant = prefix
-        if bearer and is_admin:
-            return Caller("admin")
-        if bearer and tenant is not None:
-            return Caller("tenant", tenant)
-        raise HTTPException(
-            401,
-            "cancelling needs a bearer token on this server: the admin token, or a tenant's "
-            "token for its own prefix",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-
-
-def _scope_of(caller: Caller, request: CancelRequest) -> str | None:
-    """The prefix a tenant's cancel is held within; 403 for a selector outside it."""
-    if caller.kind != "tenant":
-        return None
-    own = caller.prefix
-    assert own is not None
-    if request.all:
-        raise HTTPException(
-            403, f"cancelling all rollouts needs the admin token; this token covers {own!r} only"
-        )
-    if request.prefix is not None and not request.prefix.startswith(own):
-        raise HTTPException(
-            403, f"prefix {request.prefix!r} is outside {own!r}, the prefix this token covers"
-        )
-    outside = [i for i in request.ids or () if not i.startswith(own)]
-    if outside:
-        raise HTTPException(
-            403, f"ids outside {own!r}, the prefix this token covers: {outside[:5]}; none was "
-            "cancelled",
-        )  # fmt: skip
-    return own
-
-
 # -- the app ---------------------------------------------------------------------------------
 
 
 def _document(status: RolloutStatus, **extra: Any) -> dict[str, Any]:
     return {**extra, **status.model_dump(mode="json")}
-
-
-def _url_under(url: str, prefix: str) -> bool:
-    """`url` is on exactly the scheme, host and port of `prefix`, under its path (a plain
-    string prefix would let `https://api.example.com.evil.example` through)."""
-    given, allowed = urlsplit(url), urlsplit(prefix)
-    if (given.scheme, given.hostname, given.port) != (
-        allowed.scheme,
-        allowed.hostname,
-        allowed.port,
-    ):
-        return False
-    if given.username or given.password:
-        return False
-    base = allowed.path.rstrip("/")
-    return given.path == base or given.path.startswith(base + "/")
 
 
 def create_app(
@@ -299,7 +124,7 @@ def create_app(
                 422, "this server takes task_id (dataset mode) or its template task, not task paths"
             )
         url = request.model.base_url if request.model is not None else None
-        if url is not None and not any(_url_under(url, prefix) for prefix in model_urls):
+        if url is not None and not any(url_under(url, prefix) for prefix in model_urls):
             raise HTTPException(
                 422,
                 f"model.base_url {url!r} is not allowed here (the server sends its model key "
@@ -323,7 +148,7 @@ def create_app(
     @app.post("/rollout", status_code=202)
     async def submit(request: RolloutRequest) -> Any:
         check_request(request)
-        size = _json_size(request.metadata)
+        size = json_size(request.metadata)
         if size > max_metadata_bytes:
             raise HTTPException(
                 413,
@@ -396,7 +221,7 @@ def create_app(
             bad = [i for i in request.ids if not re.fullmatch(ROLLOUT_ID_PATTERN, i)]
             if bad:
                 raise HTTPException(422, f"invalid rollout ids: {bad[:5]}")
-        within = _scope_of(caller, request)
+        within = scope_of(caller, request)
         try:
             dispositions = engine.cancel_nowait(
                 ids=request.ids, prefix=request.prefix, all=bool(request.all),

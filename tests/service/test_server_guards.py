@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.service.server import Tokens, _url_under
+from orchestrator.service.auth import Tokens
+from orchestrator.service.guards import url_under as _url_under
 
 
 @pytest.mark.parametrize(
