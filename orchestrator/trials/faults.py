@@ -57,13 +57,20 @@ async def after_agent(sandbox: Sandbox, exit_code: int | None, *, memory_mb: int
     health = await sandbox.health()
     if not health.known:
         return None  # no answer now: the verifier will find out, and say
-    what = f"the agent ended ({exit_code}) with its sandbox"
+    raise_if_going(health, what=f"the agent ended ({exit_code}) with its sandbox",
+                   memory_mb=memory_mb)  # fmt: skip
+    return oom_note(health, memory_mb=memory_mb)
+
+
+def raise_if_going(health: Health, *, what: str, memory_mb: int) -> None:
+    """After a process in the sandbox ended oddly: the sandbox's true cause is raised when
+    the engine was asked to kill it or it died (the engine logs a kill the moment it is asked,
+    before the sandbox is down), or SandboxLostError when it is simply not running."""
     cause = classify(health, what=what, memory_mb=memory_mb)
-    if cause is not None:  # the engine was asked to kill it, or it died: it is going
+    if cause is not None:
         raise cause
     if not (health.exists and health.running):
         raise SandboxLostError(what)
-    return oom_note(health, memory_mb=memory_mb)
 
 
 async def free_pids(sandbox: Sandbox) -> str | None:

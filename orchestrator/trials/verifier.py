@@ -15,7 +15,6 @@ from container_runtime import paths
 from orchestrator.common.archive import tar_of_dir
 from orchestrator.common.errors import (
     SandboxError,
-    SandboxLostError,
     VerifierSetupError,
     VerifierTimeoutError,
 )
@@ -23,7 +22,7 @@ from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Sandbox
 from orchestrator.tasks.task import VerifierSection
-from orchestrator.trials.faults import classify, explained, free_pids
+from orchestrator.trials.faults import explained, free_pids, raise_if_going
 from orchestrator.trials.rewards import read_rewards
 
 VERIFIER_STDOUT = f"{paths.VERIFIER_DIR}/test-stdout.txt"
@@ -91,14 +90,8 @@ async def verify(
         notes.append(freed)
         run = await run_verifier(sandbox, tests_dir, section, limits)
     if run.exit_code is None or run.exit_code >= 128:  # killed: the sandbox too?
-        # The engine logs a kill the moment it is asked, before the sandbox is down.
-        health = await sandbox.health()
         what = f"tests/test.sh ended with {run.exit_code}"
-        cause = classify(health, what=what, memory_mb=memory_mb)
-        if cause is not None:
-            raise cause
-        if not (health.exists and health.running):
-            raise SandboxLostError(what)
+        raise_if_going(await sandbox.health(), what=what, memory_mb=memory_mb)
     return notes
 
 

@@ -25,11 +25,11 @@ import docker.errors
 
 from container_runtime.paths import VENV_DIR
 from orchestrator.backends.docker import api as docker_api
+from orchestrator.backends.docker.dockerfile import MIN_PYTHON
 from orchestrator.backends.docker.wheelhouse import cache_dir, ensure_wheelhouse, runtime_wheel
 
 CONTEXT_DIR = "trialbox-venv"
 LINK_MODE = stat.S_IFLNK | 0o777  # a context entry with this mode is a symlink to its bytes
-MIN_PYTHON = (3, 9)
 _PROBE = (
     'p="$(command -v python3)" && r="$(readlink -f "$p")" && echo "$r" && '
     '"$r" -c "import sys; print(\'%d.%d.%d\' % sys.version_info[:3])"'
