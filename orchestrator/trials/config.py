@@ -85,6 +85,21 @@ class TrialConfig(BaseModel):
     limits: Limits = Field(
         default_factory=Limits, description="The framework's own timeouts and caps."
     )
+    no_internet: bool = Field(
+        False,
+        description="Give no task a network, whatever its task.toml says (evaluations and RL "
+        "runs that must keep the agent off the internet); the model gateway still works.",
+    )
+    force_build: bool = Field(
+        False,
+        description="Build each task's environment/Dockerfile even when it names a prebuilt "
+        "docker_image (Harbor's --force-build).",
+    )
+    clip_resources: bool = Field(
+        False,
+        description="Clip a task's cpus and memory to what the engine's host has, with a "
+        "warning in the result, instead of refusing the task.",
+    )
 
     @field_validator("base_image_map", mode="before")
     @classmethod
