@@ -5,7 +5,7 @@ The trial, the agents, prewarm and reap talk only to these interfaces; each back
 """
 
 from orchestrator.sandbox.backend import Backend, ImageOutcome, ImagePlan, Leftover
-from orchestrator.sandbox.protocol import Capabilities, ExecResult, Health, Sandbox
+from orchestrator.sandbox.protocol import Capabilities, ExecResult, Health, Healthcheck, Sandbox
 from orchestrator.sandbox.spec import (
     LABEL_JOB,
     LABEL_OWNER,
@@ -23,6 +23,7 @@ __all__ = [
     "Capabilities",
     "ExecResult",
     "Health",
+    "Healthcheck",
     "ImageOutcome",
     "ImagePlan",
     "Leftover",

@@ -31,6 +31,27 @@ class Capabilities(BaseModel):
         description="Whether host folders can be mounted (the model gateway's socket needs "
         "the sandbox on the gateway's host).",
     )
+    cpus: float | None = Field(
+        None, description="The most cpus one sandbox can get (the host's); None: unknown."
+    )
+    memory_mb: int | None = Field(
+        None, description="The most memory one sandbox can get, in MiB; None: unknown."
+    )
+
+
+class Healthcheck(BaseModel):
+    """A readiness check run before the agent starts, with Docker's HEALTHCHECK meaning:
+    during the start period failures do not count; after it, `retries` failures in a row
+    mean the sandbox never became ready."""
+
+    model_config = ConfigDict(frozen=True)
+
+    command: str = Field(description="A shell command; exit 0 means ready.")
+    interval_sec: float = 5.0
+    timeout_sec: float = 30.0
+    start_period_sec: float = 0.0
+    start_interval_sec: float = 5.0
+    retries: int = 3
 
 
 class Health(BaseModel):
@@ -113,6 +134,10 @@ class Sandbox(RelaySandbox, Protocol):
 
     async def destroy(self) -> None:
         """Remove the sandbox; idempotent, and finished before a cancel goes on."""
+        ...
+
+    async def image_healthcheck(self) -> Healthcheck | None:
+        """The HEALTHCHECK the sandbox's image declares, if any (the task's own wins)."""
         ...
 
     async def health(self, *, pids: bool = False) -> Health:

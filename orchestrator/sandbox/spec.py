@@ -41,6 +41,13 @@ class SandboxSpec(BaseModel):
     network_mode: str = "none"
     gpus: int = 0
     mounts: tuple[Mount, ...] = ()
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment of every process in the sandbox (the task's [environment.env]).",
+    )
+    workdir: str | None = Field(
+        None, description="Working directory of every exec; None keeps the image's WORKDIR."
+    )
 
     @property
     def name(self) -> str:

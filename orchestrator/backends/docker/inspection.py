@@ -18,6 +18,7 @@ import docker.errors
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.sandbox import Health
 
+KEEPALIVE_SLEEP = "sleep 2147483647"  # PID 1's child: see sandbox.KEEPALIVE
 HOST_STOP_ROUNDS = 20  # a fork loop may refill what was freed: kill again, a bounded number
 
 
@@ -100,6 +101,11 @@ def _ours(pid: int, container_id: str) -> bool:
         return False
 
 
+def _keepalive(row: list[str], init: int) -> bool:
+    """A `ps` row (pid, ppid, stat, args) that is PID 1's own sleep (see KEEPALIVE)."""
+    return int(row[1]) == init and row[3] == KEEPALIVE_SLEEP
+
+
 def stop_all_from_host_blocking(container_id: str) -> bool:
     """SIGKILL every process of the container but its PID 1, from the host; True once only
     PID 1 is left. False when the engine is not local (its pids are not ours to signal)."""
@@ -110,15 +116,16 @@ def stop_all_from_host_blocking(container_id: str) -> bool:
     if not init or not _ours(init, container_id):
         return False
     for _ in range(HOST_STOP_ROUNDS):
-        listed = api.top(container_id, ps_args="-o pid,stat").get("Processes") or []
-        # Zombies hold a pid until PID 1 reaps them (it does, within 50 ms): not ours to kill.
+        listed = api.top(container_id, ps_args="-o pid,ppid,stat,args").get("Processes") or []
+        # Zombies hold a pid until PID 1 reaps them (it does, at once): not ours to kill.
         others = [
-            int(row[0]) for row in listed
-            if len(row) > 1 and int(row[0]) != init and not row[1].startswith("Z")
+            row for row in listed
+            if len(row) > 3 and int(row[0]) != init and not row[2].startswith("Z")
         ]  # fmt: skip
-        if not others:
+        # PID 1's own sleep comes back as soon as it is killed: it does not count as left.
+        if all(_keepalive(row, init) for row in others):
             return True
-        for pid in others:
+        for pid in (int(row[0]) for row in others):
             if _ours(pid, container_id):
                 try:
                     os.kill(pid, signal.SIGKILL)

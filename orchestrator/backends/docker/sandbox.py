@@ -1,7 +1,8 @@
 """One Docker container per trial: create, exec, move files, destroy.
 
-The container's PID 1 is a quiet reaper (QUIET_INIT): zombies are reaped and no signal sent
-from inside reaches it, so an agent cannot stop its own sandbox. Files move by archive copy
+The image's ENTRYPOINT is kept and only the command is replaced, by a quiet `sh` reaper
+(KEEPALIVE): zombies are reaped and no signal sent from inside stops it, so an agent cannot
+stop its own sandbox, and no python3 is needed in the image. Files move by archive copy
 through the API, never by bind mounts: that works the same against a remote engine and
 leaves no root-owned files on the host (the one bind mount is the model gateway's socket).
 """
@@ -9,15 +10,17 @@ leaves no root-owned files on the host (the one bind mount is the model gateway'
 from __future__ import annotations
 
 import asyncio
+import functools
+import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from docker.types import Mount as DockerMount
 
-from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.inspection import (
+    KEEPALIVE_SLEEP,
     engine_is_local,
     health_blocking,
     stop_all_from_host_blocking,
@@ -28,11 +31,10 @@ from orchestrator.common.errors import (
     SandboxError,
     SandboxNotFoundError,
     SandboxTimeoutError,
-    TaskError,
 )
 from orchestrator.common.limits import Limits
 from orchestrator.common.shielding import RunOnce, ride_out_cancels
-from orchestrator.sandbox import Capabilities, ExecResult, Health, SandboxSpec
+from orchestrator.sandbox import Capabilities, ExecResult, Health, Healthcheck, SandboxSpec
 
 
 def _bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
@@ -43,39 +45,60 @@ def _bounded_command(command: str, timeout: float | None, kill_after: float) -> 
     return ["timeout", "-k", f"{kill_after:g}", f"{timeout:.3f}", "sh", "-c", command]
 
 
-# PID 1 of every sandbox: reaps orphans (so zombies never hold the pids an agent needs) and
-# installs no signal handler, so the kernel drops every signal sent to it from inside the
-# sandbox: an agent, even as root, cannot stop its own sandbox with `kill 1`. The engine's
-# SIGKILL (removal) still ends it. Docker's --init (tini) forwards signals, so it is not used.
-QUIET_INIT = """\
-import os, signal, time
-signal.signal(signal.SIGINT, signal.SIG_DFL)
-while True:
-    try:
-        os.wait()
-    except ChildProcessError:
-        time.sleep(0.05)
-"""
+# The command of every sandbox (the image's ENTRYPOINT is kept, as Harbor keeps it; most
+# entrypoints end in `exec "$@"`, so this becomes PID 1). Plain `sh`, so any image with a
+# shell runs: it ignores every signal it can (and the kernel drops SIGKILL sent to PID 1
+# from inside), so an agent, even as root, cannot stop its own sandbox with `kill 1`; and
+# while it waits for its sleep, the shell's wait reaps every child, orphans included, so
+# zombies never hold the pids an agent needs. The engine's SIGKILL (removal) still ends it.
+KEEPALIVE = (
+    f"trap '' HUP INT QUIT PIPE ALRM TERM USR1 USR2; while :; do {KEEPALIVE_SLEEP} & wait $!; done"
+)
 NETWORK_MODES = frozenset({"none", "bridge", "host"})
+
+
+@functools.cache
+def _engine_capacity() -> tuple[float | None, int | None]:
+    """The engine host's cpus and memory (MiB), asked once per process: they do not change
+    while it runs. (None, None) when the engine does not answer."""
+    try:
+        info = docker_api.docker_client().info()
+    except Exception:  # no engine: the sandbox's own create will say so, clearly
+        return None, None
+    cpus, memory = info.get("NCPU"), info.get("MemTotal")
+    return (float(cpus) if cpus else None), (int(memory) // (1024 * 1024) if memory else None)
 
 
 def docker_capabilities() -> Capabilities:
     """What containers of this engine can have; a bind mount (the gateway's socket) names a
     path on the engine's host, so it is offered only when the engine is local."""
-    return Capabilities(network_modes=NETWORK_MODES, gpus=False, host_mounts=engine_is_local())
+    cpus, memory_mb = _engine_capacity()
+    return Capabilities(
+        network_modes=NETWORK_MODES, gpus=False, host_mounts=engine_is_local(),
+        cpus=cpus, memory_mb=memory_mb,
+    )  # fmt: skip
 
 
-def _without_runtime(spec: SandboxSpec, exc: SandboxError) -> Exception:
-    """A start that fails because the image's own steps removed the python3 the runtime
-    links to is the task's fault (validation), not the engine's."""
-    text = str(exc)
-    if RUNTIME_PYTHON in text and "no such file or directory" in text.lower():
-        return TaskError(
-            f"the image {spec.image} cannot run trialbox's runtime: its python3 (which the "
-            f"venv at {RUNTIME_PYTHON} links to) is gone after the task's own Dockerfile steps; "
-            "the runtime layer needs CPython >= 3.9 in the final image"
-        )
-    return exc
+def _healthcheck_of(config: Mapping[str, object] | None) -> Healthcheck | None:
+    """The image's HEALTHCHECK as Docker stores it (durations in ns, 0 for the default)."""
+    if not config or not isinstance(config.get("Test"), list) or not config["Test"]:
+        return None
+    test = [str(part) for part in config["Test"]]  # type: ignore[union-attr]
+    if test[0] == "NONE" or len(test) < 2:
+        return None
+    command = test[1] if test[0] == "CMD-SHELL" else shlex.join(test[1:])
+
+    def seconds(key: str, default: float) -> float:
+        value = config.get(key)
+        return int(value) / 1e9 if isinstance(value, int) and value > 0 else default
+
+    retries = config.get("Retries")
+    return Healthcheck(
+        command=command, interval_sec=seconds("Interval", 30.0),
+        timeout_sec=seconds("Timeout", 30.0), start_period_sec=seconds("StartPeriod", 0.0),
+        start_interval_sec=seconds("StartInterval", 5.0),
+        retries=retries if isinstance(retries, int) and retries > 0 else 3,
+    )  # fmt: skip
 
 
 class DockerSandbox:
@@ -110,8 +133,9 @@ class DockerSandbox:
                 f"create a container from {spec.image}",
                 client.containers.create,
                 spec.image,
-                entrypoint=[RUNTIME_PYTHON, "-I", "-S", "-c", QUIET_INIT],
-                command=[],
+                command=["sh", "-c", KEEPALIVE],
+                environment=dict(spec.env),
+                working_dir=spec.workdir,
                 detach=True,
                 name=spec.name,
                 labels=spec.labels,
@@ -129,10 +153,7 @@ class DockerSandbox:
         try:
             container = await asyncio.shield(creating)
             sandbox = cls(container.id, spec, limits)
-            try:
-                await docker_api.call(f"start container {container.short_id}", container.start)
-            except SandboxError as exc:
-                raise _without_runtime(spec, exc) from exc
+            await docker_api.call(f"start container {container.short_id}", container.start)
         except SandboxConflictError:
             raise  # the name belongs to another container: not ours to remove
         except BaseException:
@@ -239,6 +260,14 @@ class DockerSandbox:
         )  # fmt: skip
 
     # -- from outside ---------------------------------------------------------------------------
+
+    async def image_healthcheck(self) -> Healthcheck | None:
+        """The HEALTHCHECK of the container's image (the container's merged config)."""
+        attrs = await docker_api.call(
+            f"inspect container {self.container_id[:12]}",
+            docker_api.docker_client().api.inspect_container, self.container_id,
+        )  # fmt: skip
+        return _healthcheck_of((attrs.get("Config") or {}).get("Healthcheck"))
 
     async def health(self, *, pids: bool = False) -> Health:
         """The engine's account (events, state, and with `pids` the pid count): no exec."""

@@ -50,9 +50,11 @@ class FakeBackend(Backend):
         agent: Handler | None = None,
         verifier: Handler | None = None,
         faults: Faults | None = None,
-        network_modes: frozenset[str] = frozenset({"none"}),
+        network_modes: frozenset[str] = frozenset({"none", "bridge"}),
         users: tuple[Identity, ...] = DEFAULT_USERS,
         build_sec: float = 0.0,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
     ) -> None:
         self.limits = limits or Limits()
         self.scripts = Scripts(agent=agent, verifier=verifier, faults=faults or Faults())
@@ -60,7 +62,9 @@ class FakeBackend(Backend):
         self.build_sec = build_sec  # how long a "build" takes, to make single-flight visible
         self.builds = 0  # how many builds ran
         self.created: list[FakeSandbox] = []  # every sandbox made, removed or not
-        self._capabilities = Capabilities(network_modes=network_modes)
+        self._capabilities = Capabilities(
+            network_modes=network_modes, cpus=cpus, memory_mb=memory_mb
+        )
         self._images: dict[str, FakeImage] = {}
         self._building: dict[str, asyncio.Future[None]] = {}
         self._present: dict[str, FakeSandbox] = {}

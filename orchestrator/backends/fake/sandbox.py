@@ -30,7 +30,7 @@ from orchestrator.common.errors import SandboxError, SandboxNotFoundError
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import RunOnce
-from orchestrator.sandbox import Capabilities, ExecResult, Health, SandboxSpec
+from orchestrator.sandbox import Capabilities, ExecResult, Health, Healthcheck, SandboxSpec
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -53,7 +53,9 @@ class FakeSandbox:
         self.limits = limits or Limits()
         self.scripts = scripts or Scripts()
         self.files = FakeFiles()
-        self.files.mkdir(image.workdir, parents=True)
+        self.workdir = spec.workdir or image.workdir  # created, as the engine's -w does
+        self.files.mkdir(self.workdir, parents=True)
+        self.healthcheck: Healthcheck | None = None  # the image's HEALTHCHECK, set by tests
         self.processes = ProcessTable()
         self.processes.leaders_ignore_term = self.scripts.faults.leader_ignores_term
         self.shell = Shell(self.files, self.processes.signal)
@@ -107,7 +109,8 @@ class FakeSandbox:
         output = Capture()
         base = {"PATH": PATH, "HOME": identity.home, "HOSTNAME": self.name[:63]}
         state = ShellState(
-            env={**base, **(env or {})}, cwd=self.files.norm(workdir or self.image.workdir),
+            env={**base, **self.spec.env, **(env or {})},
+            cwd=self.files.norm(workdir or self.workdir),
             user=identity, out=output, err=output,
         )  # fmt: skip
         launch = parse_launch(command)
@@ -173,6 +176,9 @@ class FakeSandbox:
         return await run_blocking(write_capped, archive, dest, file_cap=file_cap)
 
     # -- from outside ---------------------------------------------------------------------------
+
+    async def image_healthcheck(self) -> Healthcheck | None:
+        return self.healthcheck
 
     async def health(self, *, pids: bool = False) -> Health:
         """The scripted health (`Faults.health`), else a sandbox that is simply there."""
