@@ -1,7 +1,8 @@
-"""Harbor-format task folders: the models of `task.toml` and the loader that checks a folder.
+"""Harbor-format task folders: the loader that checks a folder, and the loaded `Task`.
 
 A broken task must fail before any container starts, with an error that names the file and
-the field, so every check here runs on the host and touches nothing outside the folder.
+the field, so every check here runs on the host and touches nothing outside the folder. The
+models of `task.toml` live in `tasks/schema.py` and are re-exported here for importers.
 """
 
 from __future__ import annotations
@@ -9,71 +10,48 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.common.errors import TaskError
+from orchestrator.tasks.envvars import EnvTemplate, missing_message
+from orchestrator.tasks.schema import (
+    DEFAULT_PIDS_LIMIT,
+    AgentSection,
+    EnvironmentSection,
+    HealthcheckSection,
+    PackageInfo,
+    SolutionSection,
+    TaskConfig,
+    VerifierSection,
+)
 from orchestrator.tasks.tree import check_tree, kind_of, link_target
+from orchestrator.tasks.unsupported import (
+    refuse_unsupported,
+    unsupported_files,
+    unsupported_settings,
+)
 
-DEFAULT_PIDS_LIMIT = 1024
-
-
-class _Section(BaseModel):
-    # Harbor datasets carry fields we do not use; tolerate them rather than refuse the task.
-    model_config = ConfigDict(extra="allow")
-
-
-class AgentSection(_Section):
-    timeout_sec: float = Field(600.0, gt=0, description="Seconds the agent may work.")
-
-
-class VerifierSection(_Section):
-    timeout_sec: float = Field(600.0, gt=0, description="Seconds tests/test.sh may run.")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables for tests/test.sh."
-    )
-
-
-class EnvironmentSection(_Section):
-    build_timeout_sec: float = Field(600.0, gt=0, description="Seconds an image build may take.")
-    docker_image: str | None = Field(
-        None, description="A prebuilt image to use instead of environment/Dockerfile."
-    )
-    cpus: float = Field(1.0, gt=0, description="CPU limit of the sandbox.")
-    memory_mb: int = Field(2048, gt=0, description="Memory limit of the sandbox in MiB.")
-    pids_limit: int = Field(DEFAULT_PIDS_LIMIT, gt=0, description="Process limit of the sandbox.")
-    allow_internet: bool = Field(
-        False, description="Give the sandbox a network; trialbox's default is none."
-    )
-    network_mode: Literal["none", "bridge", "host"] | None = Field(
-        None, description="Docker network mode; wins over allow_internet when set."
-    )
-
-    @property
-    def effective_network_mode(self) -> str:
-        if self.network_mode is not None:
-            return self.network_mode
-        return "bridge" if self.allow_internet else "none"
-
-
-class TaskConfig(_Section):
-    """The parsed `task.toml`."""
-
-    version: str = "1.0"
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form metadata.")
-    agent: AgentSection = Field(default_factory=AgentSection)
-    verifier: VerifierSection = Field(default_factory=VerifierSection)
-    environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _sections_are_tables(cls, data: Any) -> Any:
-        for name in ("metadata", "agent", "verifier", "environment"):
-            if isinstance(data, dict) and name in data and not isinstance(data[name], dict):
-                raise ValueError(f"[{name}] must be a table")
-        return data
+__all__ = [
+    "DEFAULT_PIDS_LIMIT",
+    "AgentSection",
+    "EnvironmentSection",
+    "HealthcheckSection",
+    "PackageInfo",
+    "SolutionSection",
+    "Task",
+    "TaskConfig",
+    "VerifierSection",
+    "discover_tasks",
+    "is_task_dir",
+    "load_task",
+    "load_task_config",
+    "read_text_file",
+    "regular_file",
+    "resolve_task_id",
+]
 
 
 class Task(BaseModel):
@@ -101,6 +79,30 @@ class Task(BaseModel):
     @property
     def solution_dir(self) -> Path:
         return self.path / "solution"
+
+    @property
+    def config_path(self) -> Path:
+        """The task's task.toml (which need not exist: then every setting is a default)."""
+        return self.path / "task.toml"
+
+    def missing_env_vars(
+        self, environ: Mapping[str, str] | None = None, *, include_solution: bool = True
+    ) -> list[EnvTemplate]:
+        """The env templates (`${VAR}`) whose host variable is unset in `environ`
+        (os.environ by default) and that have no default: what a trial of this task would
+        fail on when it starts. Leave out [solution] env for agents other than the oracle."""
+        host = os.environ if environ is None else environ
+        templates = self.config.env_templates(include_solution=include_solution)
+        return [t for t in templates if t.is_missing(host)]
+
+    def check_env_vars(
+        self, environ: Mapping[str, str] | None = None, *, include_solution: bool = True
+    ) -> None:
+        """Raise TaskError naming task.toml, each field and each variable that
+        `missing_env_vars` finds; a cheap up-front check, before any container."""
+        missing = self.missing_env_vars(environ, include_solution=include_solution)
+        if missing:
+            raise TaskError(missing_message(self.config_path, missing))
 
 
 def _describe(error: ValidationError) -> str:
@@ -162,9 +164,7 @@ def read_text_file(path: Path, shown: Path) -> str:
         raise TaskError(f"{shown}: not UTF-8 text ({exc})") from exc
 
 
-def load_task_config(path: Path) -> TaskConfig:
-    """Parse a task.toml (checked to be a regular file of its folder); a missing file means
-    all defaults."""
+def _parse_task_config(path: Path) -> TaskConfig:
     found = regular_file(path.parent.resolve(), path.name)
     if found is None:
         return TaskConfig()
@@ -178,17 +178,31 @@ def load_task_config(path: Path) -> TaskConfig:
         raise TaskError(f"{path}: {_describe(exc)}") from exc
 
 
+def load_task_config(path: Path) -> TaskConfig:
+    """Parse a task.toml (checked to be a regular file of its folder); a missing file means
+    all defaults. A setting Harbor honours and trialbox cannot is refused, all at once.
+    Env templates are not resolved here: the trial resolves them when it starts."""
+    config = _parse_task_config(path)
+    refuse_unsupported(path, unsupported_settings(config))
+    return config
+
+
 def load_task(path: str | Path) -> Task:
     """Load and check a task folder; raise TaskError naming the file and field at fault.
 
-    Every check is on the host, before any container: the named files must be regular files,
-    and the whole folder is walked (`check_tree`) for escaping symlinks and special files, so
-    a task that materializing or building would refuse is refused here already.
+    Every check is on the host, before any container: settings and files trialbox cannot
+    run (a Compose file, a steps/ folder) are refused together, the named files must be
+    regular files, and the whole folder is walked (`check_tree`) for escaping symlinks and
+    special files, so a task that materializing or building would refuse is refused here
+    already.
     """
     root = Path(path).resolve()
     if not root.is_dir():
         raise TaskError(f"{root}: not a task folder (it does not exist or is not a directory)")
-    config = load_task_config(root / "task.toml")
+    config = _parse_task_config(root / "task.toml")
+    # Refused before the required files are checked: a multi-step task has no instruction.md.
+    problems = unsupported_settings(config) + unsupported_files(root)
+    refuse_unsupported(root / "task.toml", problems)
     instruction_file = regular_file(root, "instruction.md")
     if instruction_file is None:
         raise TaskError(

@@ -21,7 +21,8 @@ def test_examples_load_with_their_settings() -> None:
     assert task.path == HELLO
     assert task.config.agent.timeout_sec == 60.0
     assert task.config.environment.memory_mb == 512
-    assert task.config.environment.effective_network_mode == "none"
+    # No network key: Harbor's default, a network (it was "none" before Harbor parity).
+    assert task.config.environment.effective_network_mode == "bridge"
     assert task.config.metadata == {"difficulty": "easy", "category": "example"}
     assert task.instruction.startswith("Create the file `/app/hello.txt`")
     assert [t.name for t in discover_tasks(REPO_ROOT / "examples")] == [
@@ -37,7 +38,7 @@ def test_unknown_harbor_fields_are_tolerated(make_task) -> None:
     assert task.config.agent.timeout_sec == 5.0
 
 
-@pytest.mark.parametrize(
+BAD_TOMLS = pytest.mark.parametrize(
     ("toml", "field"),
     [
         ('[agent]\ntimeout_sec = "soon"\n', "agent.timeout_sec"),
@@ -47,12 +48,25 @@ def test_unknown_harbor_fields_are_tolerated(make_task) -> None:
         ("[verifier]\nenv = { A = 1 }\n", "verifier.env.A"),
         ("agent = 3\n", "[agent] must be a table"),
         ("[agent\ntimeout_sec = 1\n", "not valid TOML"),
+        ('[environment]\nmemory = "lots"\n', "environment.memory"),
+        ("[environment]\ngpus = 1\n", "environment.gpus"),
     ],
-    ids=["str-timeout", "negative", "float-memory", "network", "env-int", "not-table", "toml"],
+    ids=[
+        "str-timeout",
+        "negative",
+        "float-memory",
+        "network",
+        "env-int",
+        "not-table",
+        "toml",
+        "memory-string",
+        "gpus",
+    ],
 )
-async def test_bad_task_toml_fails_before_any_container(
-    make_task, config: TrialConfig, container_watch, toml: str, field: str
-) -> None:
+
+
+@BAD_TOMLS
+def test_bad_task_toml_names_file_and_field(make_task, toml: str, field: str) -> None:
     task = make_task(task_toml=toml)
 
     with pytest.raises(TaskError) as raised:
@@ -61,8 +75,16 @@ async def test_bad_task_toml_fails_before_any_container(
     assert field in str(raised.value)
     assert raised.value.category == "validation"
 
-    with pytest.raises(TaskError, match=r"task\.toml"):
+
+@BAD_TOMLS
+async def test_bad_task_toml_fails_before_any_container(
+    make_task, config: TrialConfig, container_watch, toml: str, field: str
+) -> None:
+    task = make_task(task_toml=toml)
+
+    with pytest.raises(TaskError, match=r"task\.toml") as raised:
         await run_trial(task, "oracle", config=config, job_id=container_watch.job_id)
+    assert field in str(raised.value)
     assert container_watch.created() == []
     assert not config.jobs_dir.exists()
 

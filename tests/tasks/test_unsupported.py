@@ -1,0 +1,119 @@
+"""What Harbor honours and trialbox cannot run is refused by name at load, never dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator import TaskError, load_task
+from orchestrator.tasks.task import load_task_config
+
+REFUSED = [
+    ("[environment]\ngpus = 2\n", "environment.gpus = 2", "GPUs"),
+    ('[environment]\ngpu_types = ["H100"]\n', "environment.gpu_types", "GPUs"),
+    ('[environment.tpu]\ntype = "v6e"\ntopology = "2x4"\n', "environment.tpu", "TPUs"),
+    ('[environment]\nos = "windows"\n', "environment.os = 'windows'", "Linux"),
+    (
+        '[[environment.mcp_servers]]\nname = "m"\ntransport = "sse"\nurl = "http://m:8000/sse"\n',
+        "environment.mcp_servers",
+        "MCP servers",
+    ),
+    ('[environment]\nskills_dir = "/skills"\n', "environment.skills_dir", "skills"),
+    ('[environment]\nnetwork_mode = "allowlist"\n', "environment.network_mode = 'allowlist'",
+     "allowlists"),
+    ('[environment]\nallowed_hosts = ["pypi.org"]\n', "environment.allowed_hosts", "allowlists"),
+    ('[agent]\nnetwork_mode = "no-network"\n', "agent.network_mode", "per-phase"),
+    ('[agent]\nallowed_hosts = ["pypi.org"]\n', "agent.allowed_hosts", "per-phase"),
+    ('[verifier]\nnetwork_mode = "public"\n', "verifier.network_mode", "per-phase"),
+    ('[verifier]\nallowed_hosts = ["pypi.org"]\n', "verifier.allowed_hosts", "per-phase"),
+    ('[verifier.environment]\ndocker_image = "grader:1"\n', "verifier.environment",
+     "separate verifier environment"),
+    ('[verifier]\nenvironment_mode = "separate"\n', "verifier.environment_mode = 'separate'",
+     "separate verifier environment"),
+    ('[[verifier.collect]]\nservice = "db"\ncommand = "pg_dump"\n', "verifier.collect",
+     "collect hooks"),
+    ('[[steps]]\nname = "one"\n', "steps", "multi-step"),
+    ('artifacts = ["/app/out.json"]\n', "artifacts", "artifact"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("toml", "field", "why"), REFUSED, ids=[f for _, f, _ in REFUSED])
+def test_unsupported_setting_is_refused_by_name(make_task, toml: str, field: str, why: str) -> None:
+    task = make_task(task_toml=toml)
+    with pytest.raises(TaskError) as raised:
+        load_task(task)
+    message = str(raised.value)
+    assert message.startswith(f"{task / 'task.toml'}: not supported by trialbox: ")
+    assert field in message
+    assert why in message
+    assert raised.value.category == "validation"
+    # load_task_config alone refuses it the same way.
+    with pytest.raises(TaskError, match="not supported by trialbox"):
+        load_task_config(task / "task.toml")
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[environment]\ngpus = 0\ngpu_types = []\n",
+        '[verifier]\nenvironment_mode = "shared"\n',
+        "[environment]\nmcp_servers = []\nallowed_hosts = []\n",
+        "steps = []\nartifacts = []\n",
+        '[environment]\nos = "linux"\n',
+    ],
+)
+def test_harbors_defaults_spelled_out_are_accepted(make_task, toml: str) -> None:
+    assert load_task(make_task(task_toml=toml)).config.environment.gpus == 0
+
+
+@pytest.mark.parametrize("name", ["docker-compose.yaml", "docker-compose.yml"])
+def test_a_compose_environment_is_refused(make_task, name: str) -> None:
+    task = make_task(files={f"environment/{name}": "services:\n  main:\n    build: .\n"})
+    with pytest.raises(TaskError) as raised:
+        load_task(task)
+    message = str(raised.value)
+    assert str(task / "task.toml") in message
+    assert str(task / "environment" / name) in message
+    assert "Docker Compose" in message and "not supported by trialbox" in message
+
+
+def test_a_steps_folder_is_refused_even_without_an_instruction(make_task) -> None:
+    task = make_task(files={"steps/one/instruction.md": "Step one.\n"})
+    (task / "instruction.md").unlink()  # multi-step tasks keep theirs under steps/
+    with pytest.raises(TaskError) as raised:
+        load_task(task)
+    message = str(raised.value)
+    assert f"{task / 'steps'}/" in message
+    assert "multi-step" in message
+    assert "instruction.md" not in message
+
+
+def test_a_file_named_steps_is_not_a_multi_step_task(make_task) -> None:
+    assert load_task(make_task(files={"steps": "notes\n"})).name == "task"
+
+
+def test_every_unsupported_field_is_named_in_one_error(make_task) -> None:
+    task = make_task(
+        task_toml=(
+            '[agent]\nnetwork_mode = "no-network"\n'
+            '[environment]\ngpus = 1\nskills_dir = "/s"\n'
+            '[[environment.mcp_servers]]\nname = "m"\ncommand = "serve"\n'
+            '[verifier.environment]\ndocker_image = "grader:1"\n'
+        ),
+        files={"environment/docker-compose.yaml": "services: {}\n"},
+    )
+    with pytest.raises(TaskError) as raised:
+        load_task(task)
+    message = str(raised.value)
+    for field in (
+        "agent.network_mode",
+        "environment.gpus = 1",
+        "environment.skills_dir",
+        "environment.mcp_servers",
+        "verifier.environment",
+        str(Path("environment") / "docker-compose.yaml"),
+    ):
+        assert field in message
+    assert message.count("not supported by trialbox") == 1
+    assert message.count("); ") == 5  # six items, one error
