@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import JobResult, TrialConfig, TrialResult, run_job
-from orchestrator.service.job import pass_at_k, summarize
+from orchestrator.service.job import JobRecord, pass_at_k, summarize
 from orchestrator.trials.result import TrialError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,10 @@ async def test_job_runs_every_attempt(config: TrialConfig, container_watch) -> N
     assert job.counts_by_error_category == {}
     job_dir = config.jobs_dir.resolve() / container_watch.job_id
     assert Path(job.job_dir) == job_dir
-    assert JobResult.model_validate_json((job_dir / "job.json").read_text()) == job
+    written = (job_dir / "job.json").read_text()
+    assert JobRecord.model_validate_json(written) == job
+    old_reader = JobResult.model_validate_json(written)  # today's readers still read it
+    assert (old_reader.trials, old_reader.mean_reward) == (job.trials, job.mean_reward)
     for result in job.trials:
         assert Path(result.trial_dir).parent == job_dir
         assert (Path(result.trial_dir) / "result.json").is_file()

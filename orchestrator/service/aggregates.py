@@ -1,0 +1,71 @@
+"""What a job's trials add up to: which samples count, mean reward, pass@k.
+
+A trainer acts on these numbers, so a sample that says nothing about the agent (cancelled,
+an infra failure, a task that could not be used) never enters them as a scored zero.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from math import comb
+from pathlib import Path
+
+from orchestrator.trials.result import JobResult, TrialResult
+
+
+def task_unusable(result: TrialResult) -> bool:
+    """The task could not be used (a validation failure before the agent ran: a broken
+    folder, a failing Dockerfile step, an agent the task cannot run): no sample at all."""
+    error = result.error
+    return error is not None and error.category == "validation" and result.agent.termination is None
+
+
+def counted(results: Sequence[TrialResult]) -> list[TrialResult]:
+    """The samples that say something about the agent: not cancelled, not an infra failure,
+    not a task that could not be used (never a scored zero)."""
+    return [
+        r
+        for r in results
+        if r.status != "cancelled"
+        and not (r.error and r.error.discardable)
+        and not task_unusable(r)
+    ]
+
+
+def pass_at_k(results: Sequence[TrialResult]) -> dict[int, float]:
+    """Unbiased pass@k (Chen et al. 2021) per task, averaged over tasks; 0/1 rewards only.
+
+    Counted samples only (see `counted`); among them a trial without a reward is a miss.
+    Empty when any reward is not 0 or 1.
+    """
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for result in counted(results):
+        by_task[result.task_name].append(result.reward if result.reward is not None else 0.0)
+    if not by_task or any(r not in (0.0, 1.0) for rs in by_task.values() for r in rs):
+        return {}
+    max_k = min(len(rs) for rs in by_task.values())
+    scores: dict[int, float] = {}
+    for k in range(1, max_k + 1):
+        per_task = []
+        for rewards in by_task.values():
+            n, c = len(rewards), int(sum(rewards))
+            per_task.append(1.0 - comb(n - c, k) / comb(n, k))
+        scores[k] = sum(per_task) / len(per_task)
+    return scores
+
+
+def summarize(job_id: str, job_dir: Path, results: list[TrialResult]) -> JobResult:
+    """The aggregate of `results`, one per (task, attempt): the last attempt of each."""
+    rewards = [r.reward if r.reward is not None else 0.0 for r in counted(results)]
+    return JobResult(
+        job_id=job_id,
+        job_dir=str(job_dir),
+        n_trials=len(results),
+        n_counted=len(rewards),
+        mean_reward=sum(rewards) / len(rewards) if rewards else None,
+        pass_at_k=pass_at_k(results),
+        counts_by_status=dict(Counter(r.status for r in results)),
+        counts_by_error_category=dict(Counter(r.error.category for r in results if r.error)),
+        trials=results,
+    )

@@ -1,0 +1,83 @@
+"""job.json: today's `JobResult`, plus every attempt that a later one superseded.
+
+A trial that ended in `infra` (or was cancelled) says nothing about the agent, so a retry or
+a resume runs its (task, attempt) again under a new trial id: the chain `<id>`,
+`<id>.retry1`, `<id>.retry2`, ... Every result is kept; `trials` and the aggregates hold
+only the last of each chain, and `superseded_by` says which replaced which. Readers of the
+old shape see exactly what they saw before: one result per (task, attempt).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+
+from pydantic import Field
+
+from orchestrator.common.ids import check_id
+from orchestrator.service.aggregates import summarize
+from orchestrator.trials.result import JobResult, TrialResult
+
+_RETRY = re.compile(r"\.retry(\d+)$")
+
+
+def retry_id(base_id: str, retry: int) -> str:
+    """The rollout (and trial) id of a chain's `retry`-th rerun; 0 is the first attempt."""
+    return base_id if retry == 0 else check_id(f"{base_id}.retry{retry}", "retry id")
+
+
+def chain_position(result: TrialResult) -> tuple[str, int]:
+    """(the chain's first id, which rerun this is), read from the result's rollout id."""
+    rollout_id = result.rollout_id or result.trial_id
+    found = _RETRY.search(rollout_id)
+    if found is None:
+        return rollout_id, 0
+    return rollout_id[: found.start()], int(found.group(1))
+
+
+@dataclass
+class Chain:
+    """The attempts at one (task, attempt) pair, oldest first; only the last one counts."""
+
+    base_id: str
+    results: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def last(self) -> TrialResult | None:
+        return self.results[-1] if self.results else None
+
+    def next_id(self) -> str:
+        """A rollout id no attempt of this chain has used."""
+        if not self.results:
+            return self.base_id
+        return retry_id(self.base_id, 1 + max(chain_position(r)[1] for r in self.results))
+
+
+class JobRecord(JobResult):
+    """What `<job_dir>/job.json` holds, rewritten after every finished trial."""
+
+    n_expected: int = Field(
+        0, description="(task, attempt) pairs of the job; n_trials reaches it when all ran."
+    )
+    superseded: list[TrialResult] = Field(
+        default_factory=list,
+        description="Attempts a later one replaced (infra or cancelled, rerun by a retry or "
+        "a resume): kept for the record, never counted.",
+    )
+    superseded_by: dict[str, str] = Field(
+        default_factory=dict, description="trial id -> the trial id of the attempt after it."
+    )
+
+
+def record_of(job_id: str, job_dir: Path, chains: Sequence[Chain], n_expected: int) -> JobRecord:
+    """The job as far as it went: the last result of each chain, and what it replaced."""
+    summary = summarize(job_id, job_dir, [c.last for c in chains if c.last is not None])
+    return JobRecord(
+        **dict(summary),
+        n_expected=n_expected,
+        superseded=[r for c in chains for r in c.results[:-1]],
+        superseded_by={a.trial_id: b.trial_id for c in chains for a, b in pairwise(c.results)},
+    )

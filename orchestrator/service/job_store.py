@@ -1,0 +1,96 @@
+"""A job's folder on disk: claimed once, locked while a run uses it, its `config.json` written
+at the start and its `job.json` rewritten after every finished trial.
+
+Every write goes to a temporary file that replaces the old one (`os.replace`), so a reader,
+or a crash, sees the previous version or the next one, never half of one; a SIGKILL loses at
+most the trials in flight, whose folders `--resume` then runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import aiofiles
+import aiofiles.os
+
+from orchestrator.common.ids import check_id
+from orchestrator.common.offload import run_blocking
+from orchestrator.service.job_record import JobRecord
+
+CONFIG_FILE = "config.json"
+JOB_FILE = "job.json"
+LOCK_FILE = ".lock"
+
+
+async def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, flush it to disk, then replace `path`."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    async with aiofiles.open(temporary, "w", encoding="utf-8") as out:
+        await out.write(text)
+        await out.flush()
+        await run_blocking(os.fsync, out.fileno())
+    await aiofiles.os.replace(temporary, path)
+
+
+def claim_job_dir(jobs_dir: Path, job_id: str, *, resume: bool) -> Path:
+    """The job's folder: made now for a new job (an existing one is refused, so two jobs
+    never share a folder), or an earlier job's folder, with its config.json, to resume."""
+    job_dir = jobs_dir.resolve() / check_id(job_id, "job id")
+    if resume:
+        if not (job_dir / CONFIG_FILE).is_file():
+            raise ValueError(f"{job_dir}: not a job folder to resume (it has no {CONFIG_FILE})")
+        return job_dir
+    job_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        job_dir.mkdir()
+    except FileExistsError:
+        raise ValueError(
+            f"{job_dir}: a job folder of that name exists already; continue it with "
+            "--resume (run_job(..., resume=True)) or choose another job name"
+        ) from None
+    return job_dir
+
+
+def lock_job_dir(job_dir: Path) -> int:
+    """Hold the job folder's lock (released when the returned descriptor is closed, also by
+    the kernel when the process dies): two runs resuming one job would run trials twice."""
+    fd = os.open(job_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(f"{job_dir}: another trialbox run is using this job folder") from None
+    return fd
+
+
+class JobStore:
+    """Keeps `job.json` current: `save()` after each result rewrites it with everything
+    finished so far. Saves that arrive while one is being written are folded into the next
+    write, so a burst of results costs one or two writes, not one each."""
+
+    def __init__(self, job_dir: Path, snapshot: Callable[[], JobRecord]) -> None:
+        self.job_dir = job_dir
+        self.snapshot = snapshot
+        self._lock = asyncio.Lock()
+        self._changes = 0
+        self._written = 0
+
+    async def save(self) -> None:
+        """Returns once job.json holds every result recorded before this call."""
+        self._changes += 1
+        wanted = self._changes
+        async with self._lock:
+            if self._written >= wanted:
+                return  # a write that began after our change already covered it
+            covering = self._changes
+            text = self.snapshot().model_dump_json(indent=2)
+            await write_atomic(self.job_dir / JOB_FILE, text)
+            self._written = covering
+
+    async def save_final(self) -> None:
+        """The last write, also when the run was cancelled: a cancel cannot cut it short."""
+        await asyncio.shield(self.save())
