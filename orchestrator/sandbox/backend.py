@@ -27,12 +27,29 @@ class ImagePlan(Protocol):
     def tag(self) -> str: ...
 
 
+RuntimeState = Literal["present", "absent", "unknown"]
+
+
 class ImageOutcome(BaseModel):
-    """What `ensure_image` did for one tag."""
+    """What `ensure_image` did for one tag, and whether the image has trialbox's runtime venv
+    (`container_runtime.paths.RUNTIME_PYTHON`), which only workflow and shell agents, graders
+    and the model gateway's forwarder need; oracle, nop, command agents and verifiers need
+    only `sh`."""
 
     tag: str
     status: Literal["built", "cached"]
     seconds: float = Field(description="Wall time spent, including waiting for another build.")
+    runtime: RuntimeState = Field(
+        "unknown",
+        description="`present`: the venv was added for a python3 the backend checked; "
+        "`absent`: the image has no usable python3 and no venv was added; `unknown`: a layer "
+        "that makes the venv only if it finds a python3 >= 3.9 at build time (check inside).",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the result should say, e.g. a prebuilt image that could not be "
+        "pulled and was built from environment/Dockerfile instead.",
+    )
 
 
 class Leftover(BaseModel):
@@ -56,8 +73,15 @@ class Backend(ABC):
         return Capabilities()
 
     @abstractmethod
-    async def plan_image(self, task: Task, base_image_map: Mapping[str, str]) -> ImagePlan:
-        """How the task's image would be made, without making it (its tag is known)."""
+    async def plan_image(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> ImagePlan:
+        """How the task's image would be made, without making it (its tag is known).
+
+        A task's prebuilt `docker_image` is used when there is one (the backend may fetch it
+        now); `force_build` builds environment/Dockerfile instead (a `TaskError` when the task
+        has none). The two ways never share a tag.
+        """
 
     @abstractmethod
     async def ensure_image(
@@ -66,8 +90,10 @@ class Backend(ABC):
         base_image_map: Mapping[str, str] | None = None,
         *,
         plan: ImagePlan | None = None,
+        force_build: bool = False,
     ) -> ImageOutcome:
-        """The task's image, made at most once however many trials ask at the same time."""
+        """The task's image, made at most once however many trials ask at the same time.
+        `force_build` is as in `plan_image` (and ignored when `plan` is given)."""
 
     @abstractmethod
     async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:

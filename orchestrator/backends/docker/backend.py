@@ -34,8 +34,10 @@ class DockerBackend(Backend):
     def capabilities(self) -> Capabilities:
         return docker_capabilities()
 
-    async def plan_image(self, task: Task, base_image_map: Mapping[str, str]) -> BuildPlan:
-        return await self.builder.plan(task, base_image_map)
+    async def plan_image(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> BuildPlan:
+        return await self.builder.plan(task, base_image_map, force_build=force_build)
 
     async def ensure_image(
         self,
@@ -43,10 +45,13 @@ class DockerBackend(Backend):
         base_image_map: Mapping[str, str] | None = None,
         *,
         plan: ImagePlan | None = None,
+        force_build: bool = False,
     ) -> ImageOutcome:
         if plan is not None and not isinstance(plan, BuildPlan):
             raise TypeError(f"the Docker backend cannot use a {type(plan).__name__}")
-        return await self.builder.ensure_image(task, base_image_map, plan=plan)
+        return await self.builder.ensure_image(
+            task, base_image_map, plan=plan, force_build=force_build
+        )
 
     async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
         return await DockerSandbox.create(spec, self.limits)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from container_runtime.paths import RUNTIME_PYTHON, VENV_DIR
 
@@ -51,38 +52,66 @@ def map_base_images(text: str, mapping: Mapping[str, str]) -> str:
 
 
 _AS = re.compile(r"\s+AS\s+(?P<alias>\S+)", re.IGNORECASE)
+_INSTRUCTION = re.compile(r"^\s*(?P<word>[A-Za-z]+)(?P<args>.*)$")
+_FROM_FLAG = re.compile(r"(?:^|\s)--from=", re.IGNORECASE)
 
 
-def _stages(text: str) -> list[tuple[str, str | None, str | None]]:
-    """(base image, alias, last USER) of every stage, in order."""
-    stages: list[tuple[str, str | None, str | None]] = []
+@dataclass(frozen=True)
+class _Stage:
+    image: str  # what its FROM names: an external image or an earlier stage's alias
+    alias: str | None
+    user: str | None  # its last USER
+    may_add_python: bool  # a step that could install a python3 (RUN, ADD, COPY --from)
+
+
+def _may_add_python(line: str) -> bool:
+    match = _INSTRUCTION.match(line)
+    if match is None:
+        return False
+    word = match["word"].upper()
+    return word in {"RUN", "ADD"} or (word == "COPY" and bool(_FROM_FLAG.search(match["args"])))
+
+
+def _stages(text: str) -> list[_Stage]:
+    """Every stage, in order."""
+    stages: list[_Stage] = []
     for line in _logical_lines(text):
         if match := _FROM.match(line):
             alias = _AS.match(match["rest"])
-            stages.append((match["image"], alias["alias"].lower() if alias else None, None))
-        elif (user := _USER.match(line)) and stages:
-            image, alias, _ = stages[-1]
-            stages[-1] = (image, alias, user["user"])
+            stages.append(_Stage(match["image"], alias["alias"].lower() if alias else None,
+                                 None, False))  # fmt: skip
+        elif stages and (user := _USER.match(line)):
+            stages[-1] = replace(stages[-1], user=user["user"])
+        elif stages and _may_add_python(line):
+            stages[-1] = replace(stages[-1], may_add_python=True)
     return stages
+
+
+def _chain(text: str) -> tuple[list[_Stage], str | None]:
+    """The final stage and the earlier stages it comes from (`FROM <alias>`), last first, and
+    the external image at the root of that chain (None: no FROM at all)."""
+    stages = _stages(text)
+    by_alias = {stage.alias: i for i, stage in enumerate(stages) if stage.alias}
+    chain: list[_Stage] = []
+    index: int | None = len(stages) - 1 if stages else None
+    while index is not None:
+        stage = stages[index]
+        chain.append(stage)
+        parent = by_alias.get(stage.image.lower())
+        if parent is None or parent >= index:
+            return chain, stage.image
+        index = parent
+    return chain, None
 
 
 def _resolve(text: str) -> tuple[str | None, str | None]:
     """(user, external image): the final stage's user, inherited through `FROM <stage>`, or,
     when no stage on the way sets one, the external image it comes from."""
-    stages = _stages(text)
-    if not stages:
-        return None, None
-    by_alias = {alias: i for i, (_, alias, _) in enumerate(stages) if alias}
-    index: int | None = len(stages) - 1
-    while index is not None:
-        image, _alias, user = stages[index]
-        if user is not None:
-            return user, None
-        parent = by_alias.get(image.lower())
-        if parent is None or parent >= index:
-            return None, image
-        index = parent
-    return None, None
+    chain, image = _chain(text)
+    for stage in chain:
+        if stage.user is not None:
+            return stage.user, None
+    return None, image
 
 
 def final_stage_user(text: str, image_users: Mapping[str, str] | None = None) -> str | None:
@@ -99,8 +128,26 @@ def final_stage_image(text: str) -> str | None:
     return _resolve(text)[1]
 
 
+def final_stage_base(text: str) -> str | None:
+    """The external image the final stage comes from, whatever USER a stage sets."""
+    return _chain(text)[1]
+
+
+def final_stage_may_add_python(text: str) -> bool:
+    """Whether a step of the final stage, or of a stage it comes from, could put a python3 in
+    the image that its base image lacks: a RUN (`apt-get install python3`), an ADD (which
+    unpacks archives), a COPY --from another stage or image. A plain COPY of context files,
+    WORKDIR, ENV and the like cannot."""
+    return any(stage.may_add_python for stage in _chain(text)[0])
+
+
 def runtime_block(tools_image: str, restore_user: str | None) -> str:
-    """The block appended to the final stage; needs no network at build time."""
+    """The block appended to the final stage; needs no network at build time.
+
+    It never fails the build: with no python3 on PATH, one older than MIN_PYTHON, or one the
+    runtime cannot be installed for, it prints one line saying so and leaves the venv out
+    (the image then has no RUNTIME_PYTHON; agents that need it are refused at start).
+    """
     need = ".".join(map(str, MIN_PYTHON))
     lines = [
         "",
@@ -111,18 +158,21 @@ def runtime_block(tools_image: str, restore_user: str | None) -> str:
     lines += [
         f"COPY --from={tools_image} /uv {UV_PATH}",
         f"COPY --from={tools_image} /wheels /opt/trialbox/wheels",
-        "RUN set -e; \\",
-        '    py="$(command -v python3 || true)"; \\',
+        'RUN py="$(command -v python3 || true)"; \\',
         '    if [ -z "$py" ]; then \\',
-        f'      echo "trialbox: this image has no python3 on PATH; the runtime layer needs'
-        f' CPython >= {need}" >&2; exit 1; fi; \\',
-        f'    if ! "$py" -c "import sys; sys.exit(sys.version_info < {MIN_PYTHON})"; then \\',
-        f'      echo "trialbox: $("$py" --version 2>&1) is too old; the runtime layer needs'
-        f' CPython >= {need}" >&2; exit 1; fi; \\',
-        f'    UV_PYTHON_DOWNLOADS=never {UV_PATH} venv --quiet --python "$py" {VENV_DIR}; \\',
-        f"    UV_PYTHON_DOWNLOADS=never {UV_PATH} pip install --quiet --no-cache"
+        f'      echo "trialbox: no python3 on PATH; the runtime venv (CPython >= {need}) is'
+        ' skipped"; \\',
+        f'    elif ! "$py" -c "import sys; sys.exit(sys.version_info < {MIN_PYTHON})"; then \\',
+        f'      echo "trialbox: $py ($("$py" --version 2>&1)) is not CPython >= {need}; the'
+        ' runtime venv is skipped"; \\',
+        f'    elif ! {{ UV_PYTHON_DOWNLOADS=never {UV_PATH} venv --quiet --python "$py"'
+        f" {VENV_DIR} && \\",
+        f"      UV_PYTHON_DOWNLOADS=never {UV_PATH} pip install --quiet --no-cache"
         f" --python {RUNTIME_PYTHON} --no-index --find-links /opt/trialbox/wheels"
-        " trialbox-container-runtime; \\",
+        " trialbox-container-runtime; }; then \\",
+        f"      rm -rf {VENV_DIR}; \\",
+        '      echo "trialbox: the runtime venv could not be installed for $py; it is skipped"; \\',
+        "    fi; \\",
         "    rm -rf /opt/trialbox/wheels",
     ]
     if restore_user is not None:

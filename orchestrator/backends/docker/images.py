@@ -4,6 +4,13 @@ A task image's tag is a hash of every build input (the patched Dockerfile, which
 tools image and the base-image mapping, and every file of the build context), so identical
 tasks share one image, an unchanged task is never rebuilt, and concurrent trials that need
 the same image wait for one build instead of starting their own.
+
+The runtime venv never fails a build: it is one COPY for a base image whose CPython the
+builder probed (`runtime="present"`), nothing at all for a base with no usable python3
+("absent"), else the general layer, which skips the venv when it finds no python3 >= 3.9
+("unknown"). A prebuilt `docker_image` is used when local, else pulled once (bounded); one
+that cannot be had is replaced by environment/Dockerfile with a warning, or is an error
+saying how to get it. `force_build` always builds environment/Dockerfile.
 """
 
 from __future__ import annotations
@@ -14,14 +21,16 @@ import io
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import docker.errors
 
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.dockerfile import (
+    final_stage_base,
     final_stage_image,
+    final_stage_may_add_python,
     map_base_images,
     patch_dockerfile,
 )
@@ -36,12 +45,15 @@ from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse, runtime_w
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import (
     ImageBuildError,
+    SandboxError,
     SandboxNotFoundError,
     TaskBuildError,
     TaskError,
+    TrialboxError,
 )
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import ImageOutcome
+from orchestrator.sandbox.backend import RuntimeState
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import read_tree
 
@@ -50,6 +62,8 @@ TASK_REPO = "trialbox-env"
 LOG_TAIL_LINES = 40
 LOG_CAP_CHARS = 4 * 1024 * 1024
 _TOOLS_DOCKERFILE = b"FROM scratch\nCOPY uv /uv\nCOPY wheels /wheels\n"
+PULL_TIMEOUT_SEC = 300.0  # one pull of a prebuilt docker_image; it is tried once
+PULL_FAILURE_MEMORY_SEC = 300.0  # a failed pull is not tried again (by any task) sooner
 T = TypeVar("T")
 
 
@@ -71,6 +85,9 @@ class BuildPlan:
     timeout_sec: float
     context: Mapping[str, tuple[bytes, int]] = field(repr=False)
     python: ImagePython | None = None  # the image's CPython, when the venv is copied in
+    runtime: RuntimeState = "unknown"  # see ImageOutcome.runtime
+    warnings: tuple[str, ...] = ()
+    image_id: str | None = None  # set: nothing to build, `tag` names this local image as is
 
     @property
     def dockerfile(self) -> str:
@@ -90,7 +107,8 @@ def _build_failed(plan: BuildPlan, why: str, lines: list[str]) -> ImageBuildErro
     return ImageBuildError(f"building {plan.tag} failed: {why}", tail, log=full)
 
 
-def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> None:
+def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> list[str]:
+    """Build the plan's image; the build log's lines."""
     api = docker_api.docker_client().api
     lines: list[str] = []
     stream = api.build(
@@ -112,6 +130,7 @@ def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> None:
             raise _build_failed(plan, chunk["error"].strip(), lines)
     if not _image_exists_blocking(plan.tag):
         raise _build_failed(plan, "the build ended without an image", lines)
+    return lines
 
 
 def _image_exists_blocking(tag: str) -> bool:
@@ -127,6 +146,65 @@ async def image_exists(tag: str) -> bool:
         return await docker_api.call(f"inspect image {tag}", _image_exists_blocking, tag)
     except SandboxNotFoundError:
         return False
+
+
+# How the engine words a pull the registry refused because the image is not there or not ours
+# to have; the network words win (a DNS lookup that found no host is the network's fault).
+_NETWORK_WORDS = (
+    "dial tcp", "lookup ", "timeout", "timed out", "connection", "tls", "eof", "no answer",
+    "network", "toomanyrequests", "unavailable", "still running",
+)  # fmt: skip
+_REFUSAL_WORDS = (
+    "not found", "manifest unknown", "pull access denied", "does not exist",
+    "invalid reference format", "unauthorized", "denied",
+)  # fmt: skip
+
+
+class _PullFailed(Exception):
+    """A prebuilt image could not be pulled; `reason` in the engine's words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    @property
+    def refused(self) -> bool:
+        """The registry answered that the image cannot be had (not the network's fault)."""
+        words = self.reason.lower()
+        if any(w in words for w in _NETWORK_WORDS):
+            return False
+        return any(w in words for w in _REFUSAL_WORDS)
+
+    def error(self, task: Task, named: str, ref: str) -> TrialboxError:
+        """The error of a task that has no Dockerfile to fall back to: validation when the
+        registry refused (the task names an image nobody can have), infra otherwise."""
+        message = (
+            f"[environment] docker_image {named} in {task.path / 'task.toml'}: the image is not "
+            f"local and could not be pulled ({self.reason}). Build or load it on this host "
+            f"(docker build -t {ref} ... / docker load), map it to a local image with "
+            f"--base-image {ref}=LOCAL (TrialConfig.base_image_map), or add "
+            "environment/Dockerfile to the task"
+        )
+        if self.refused:
+            return TaskError(message)
+        return ImageBuildError(message, f"pull {ref}: {self.reason}")
+
+
+def _pull_blocking(ref: str) -> str:
+    """Pull `ref`; its image id. `_PullFailed` when the engine says it could not."""
+    api = docker_api.docker_client().api
+    try:
+        for chunk in api.pull(ref, stream=True, decode=True):
+            if "error" in chunk:
+                raise _PullFailed(str(chunk["error"]).strip())
+        return api.inspect_image(ref)["Id"]
+    except docker.errors.APIError as exc:
+        raise _PullFailed(str(exc.explanation or exc).strip()) from exc
+
+
+def _tag_blocking(image_id: str, tag: str) -> None:
+    repository, _, name = tag.rpartition(":")
+    docker_api.docker_client().api.tag(image_id, repository, name)
 
 
 def _tools_context(arch: str) -> dict[str, tuple[bytes, int]]:
@@ -156,8 +234,9 @@ class ImageBuilder:
     def __init__(self) -> None:
         self._tools_tag: str | None = None
         self._arch_name: str | None = None
-        self._pythons: dict[str, ImagePython | None] = {}
+        self._pythons: dict[str, ImagePython | None] = {}  # by image id, known answers only
         self._users: dict[str, str] = {}
+        self._pull_failures: dict[str, tuple[float, str]] = {}  # ref -> (retry after, reason)
         self._inflight: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, asyncio.Future[object]]
         ] = weakref.WeakKeyDictionary()
@@ -222,61 +301,244 @@ class ImageBuilder:
             self._arch_name = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
         return self._arch_name
 
-    async def _image_python(self, image: str | None) -> ImagePython | None:
-        """The CPython of a local base image, probed once per image id (None: unknown)."""
-        if image is None:
-            return None
+    async def _probe(self, image_id: str, name: str) -> tuple[ImagePython | None, bool]:
+        """(the CPython of a local image, whether that is known): probed once per image id
+        (and remembered on disk); unknown when the engine could not run the probe."""
+        if image_id not in self._pythons:
+            try:
+                found = await asyncio.shield(
+                    self._single_flight(
+                        f"probe {image_id}",
+                        lambda: docker_api.call_once(
+                            f"probe the python3 of {name}", probe_blocking, image_id
+                        ),
+                    )
+                )
+            except SandboxError:
+                return None, False
+            self._pythons[image_id] = found
+        return self._pythons[image_id], True
+
+    async def _local_id(self, ref: str) -> str | None:
+        """The id of the local image `ref` (None: not local); the engine's other answers
+        (e.g. 400, an invalid reference) are raised as `SandboxError`s."""
         try:
             attrs = await docker_api.call(
-                f"inspect image {image}", docker_api.docker_client().api.inspect_image, image
+                f"inspect image {ref}", docker_api.docker_client().api.inspect_image, ref
             )
         except SandboxNotFoundError:
-            return None  # not local: the general layer, which fails clearly if it must
-        image_id = attrs["Id"]
-        if image_id not in self._pythons:
-            self._pythons[image_id] = await docker_api.call_once(
-                f"probe the python3 of {image}", probe_blocking, image_id
-            )
-        return self._pythons[image_id]
+            return None
+        return attrs["Id"]
 
-    async def plan(self, task: Task, base_image_map: Mapping[str, str]) -> BuildPlan:
-        """The patched Dockerfile, context and content-hash tag of a task's image: the venv
-        copied in when the base image's CPython is known, else the general runtime layer."""
-        env = task.config.environment
-        if env.docker_image is not None:
-            text = f"FROM {env.docker_image}\n"
-            context: dict[str, tuple[bytes, int]] = {}
-        else:
+    async def _base_python(self, image: str | None) -> tuple[ImagePython | None, bool]:
+        """(the CPython of the final stage's base image, whether that is known): unknown when
+        the image is not local (the build pulls nothing; it fails saying so)."""
+        if image is None:
+            return None, False
+        try:
+            image_id = await self._local_id(image)
+        except SandboxError:  # the build will say what is wrong with the reference
+            return None, False
+        if image_id is None:
+            return None, False
+        return await self._probe(image_id, image)
+
+    # -- prebuilt images: local, else pulled once ---------------------------------------------
+
+    async def _local_or_pulled(self, ref: str) -> str:
+        """The id of the local image `ref`, pulling it when missing: once per reference
+        however many tasks ask at the same time, bounded by PULL_TIMEOUT_SEC, and a failure
+        is remembered for PULL_FAILURE_MEMORY_SEC. `_PullFailed` when it cannot be had."""
+        try:
+            image_id = await self._local_id(ref)
+        except SandboxError as exc:
+            if "invalid reference format" in str(exc):
+                raise _PullFailed(str(exc)) from exc
+            raise
+        if image_id is not None:
+            return image_id
+        failed = self._pull_failures.get(ref)
+        if failed is not None and time.monotonic() < failed[0]:
+            raise _PullFailed(failed[1])
+        return await asyncio.shield(self._single_flight(f"pull {ref}", lambda: self._pull(ref)))
+
+    async def _pull(self, ref: str) -> str:
+        key = f"pull {ref}"
+        try:
+            earlier = self._running.get(key)
+            if earlier is not None:  # a pull that overran its bound still runs: not two
+                await asyncio.wait({earlier}, timeout=PULL_TIMEOUT_SEC)
+                if not earlier.done():
+                    raise _PullFailed(f"an earlier pull of {ref} is still running")
+            image_id = await self._local_id(ref)
+            if image_id is not None:
+                return image_id
+            pulling = asyncio.ensure_future(
+                docker_api.call_once(f"pull {ref}", _pull_blocking, ref)
+            )
+            self._running[key] = pulling  # type: ignore[assignment]
+            pulling.add_done_callback(lambda _: self._running.pop(key, None))
+            done, _ = await asyncio.wait({pulling}, timeout=PULL_TIMEOUT_SEC)
+            if not done:
+                raise _PullFailed(f"no answer within {PULL_TIMEOUT_SEC:g} s")
             try:
-                text = await run_blocking(task.dockerfile.read_text, encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise TaskError(f"{task.dockerfile}: cannot be read: {exc}") from exc
-            context = await run_blocking(read_tree, task.environment_dir)
+                return pulling.result()
+            except SandboxError as exc:  # the engine itself failed
+                raise _PullFailed(str(exc)) from exc
+        except _PullFailed as failed:
+            self._pull_failures[ref] = (time.monotonic() + PULL_FAILURE_MEMORY_SEC, failed.reason)
+            raise
+
+    # -- task images --------------------------------------------------------------------------
+
+    async def plan(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> BuildPlan:
+        """How the task's image is made, and its content-hash tag.
+
+        A task with a prebuilt `docker_image` (mapped through `base_image_map`) uses it when
+        it is local or can be pulled; when it cannot, environment/Dockerfile is built instead,
+        with a warning, or, without one, the error says how to get the image. `force_build`
+        always builds environment/Dockerfile. The runtime venv: one COPY when the base image's
+        CPython is known and >= 3.9 ("present"); nothing when the base image has no usable
+        python3 and no step could add one ("absent"); else the general layer ("unknown").
+        """
+        env = task.config.environment
+        if env.docker_image is None or force_build:
+            return await self._plan_dockerfile(task, base_image_map, force_build=force_build)
+        ref = base_image_map.get(env.docker_image, env.docker_image)
+        named = env.docker_image
+        if ref != env.docker_image:
+            named += f" (mapped to {ref})"
+        try:
+            image_id = await self._local_or_pulled(ref)
+        except _PullFailed as failed:
+            if not await run_blocking(task.dockerfile.is_file):
+                raise failed.error(task, named, ref) from None
+            plan = await self._plan_dockerfile(task, base_image_map)
+            warning = (
+                f"docker_image {named} could not be pulled ({failed.reason}); "
+                "built environment/Dockerfile instead"
+            )
+            return replace(plan, warnings=(*plan.warnings, warning))
+        return await self._plan_prebuilt(task, ref, image_id)
+
+    async def _plan_prebuilt(self, task: Task, ref: str, image_id: str) -> BuildPlan:
+        """A local prebuilt image: with the venv copied in when it has a usable CPython, else
+        used as it is.
+
+        Used as is, nothing is built: the plan's tag is `trialbox-env:<hash of the image id>`,
+        put on that image by `ensure_image` (a tag, no layer, milliseconds). Not the reference
+        itself nor the bare id: a tag of trialbox's own repository keeps every image a trial or
+        prewarm reports in one namespace, so whoever removes a reported tag (tests do, forced)
+        only untags the user's image instead of deleting it; it pins the exact image that was
+        probed (a reference can be moved to another image after the probe); tasks naming one
+        image by different references share one tag, so prewarm counts it once. Containers are
+        found and reaped by their labels, never by image, so leftovers are unaffected.
+        """
+        env = task.config.environment
+        # The id is part of the hash (a moved reference is a new image) and the comment line
+        # keeps this way's tags apart from a Dockerfile that says the same FROM.
+        text = f"FROM {ref}\n# trialbox: the prebuilt docker_image {image_id}\n"
+        python, known = await self._probe(image_id, ref)
+        if known and (python is None or not python.usable):
+            digest = hashlib.sha256(f"docker_image\0{image_id}".encode()).hexdigest()
+            return BuildPlan(
+                tag=f"{TASK_REPO}:{digest[:20]}", timeout_sec=env.build_timeout_sec,
+                context={"Dockerfile": (text.encode(), 0o644)}, runtime="absent",
+                image_id=image_id,
+            )  # fmt: skip
+        return await self._finish_plan(task, text, text, {}, python if known else None)
+
+    async def _plan_dockerfile(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> BuildPlan:
+        if force_build and not await run_blocking(task.dockerfile.is_file):
+            raise TaskError(
+                f"{task.dockerfile}: missing; --force-build (TrialConfig.force_build) builds "
+                "environment/Dockerfile instead of the prebuilt docker_image: add one, or run "
+                "without it"
+            )
+        try:
+            text = await run_blocking(task.dockerfile.read_text, encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TaskError(f"{task.dockerfile}: cannot be read: {exc}") from exc
+        context = await run_blocking(read_tree, task.environment_dir)
         mapped = map_base_images(text, base_image_map)
-        python = await self._image_python(final_stage_image(mapped))
+        python, known = await self._base_python(final_stage_base(mapped))
+        if known and (python is None or not python.usable):
+            if not final_stage_may_add_python(mapped):
+                # Nothing could add a python3: no runtime layer at all ("absent").
+                return await self._plan_with(task, context, mapped, None, "absent")
+            python = None  # a step may install one: the general layer finds out
+        return await self._finish_plan(task, text, mapped, context, python, base_image_map)
+
+    async def _finish_plan(
+        self,
+        task: Task,
+        text: str,
+        mapped: str,
+        context: dict[str, tuple[bytes, int]],
+        python: ImagePython | None,
+        base_image_map: Mapping[str, str] | None = None,
+    ) -> BuildPlan:
+        """The venv copied in for a known usable CPython ("present"), else the general
+        layer, which makes the venv only if it finds a python3 >= 3.9 ("unknown")."""
+        warnings: tuple[str, ...] = ()
         if (
             python is not None
             and python.usable
             and CONTEXT_DIR not in {name.split("/")[0] for name in context}
         ):
-            venv = await run_blocking(venv_files, python, await self._arch())
-            context.update(venv)
-            dockerfile = mapped.rstrip("\n") + "\n" + copy_block()
-        else:
-            python = None
-            users = await self._image_users(mapped)
-            dockerfile = patch_dockerfile(text, await self.tools_image(), base_image_map, users)
+            try:
+                venv = await run_blocking(venv_files, python, await self._arch())
+            except RuntimeError as exc:  # e.g. a CPython too new for the wheelhouse
+                warnings = (f"the runtime venv could not be prepared on the host: {exc}",)
+            else:
+                context.update(venv)
+                dockerfile = mapped.rstrip("\n") + "\n" + copy_block()
+                plan = await self._plan_with(task, context, dockerfile, python, "present")
+                return plan
+        users = await self._image_users(mapped)
+        dockerfile = patch_dockerfile(text, await self.tools_image(), base_image_map or {}, users)
+        plan = await self._plan_with(task, context, dockerfile, None, "unknown")
+        return replace(plan, warnings=warnings)
+
+    async def _plan_with(
+        self,
+        task: Task,
+        context: dict[str, tuple[bytes, int]],
+        dockerfile: str,
+        python: ImagePython | None,
+        runtime: RuntimeState,
+    ) -> BuildPlan:
         context["Dockerfile"] = (dockerfile.encode(), 0o644)
         tag, context = await run_blocking(_with_tag, TASK_REPO, context)
-        return BuildPlan(tag=tag, timeout_sec=env.build_timeout_sec, context=context, python=python)
+        return BuildPlan(
+            tag=tag, timeout_sec=task.config.environment.build_timeout_sec, context=context,
+            python=python, runtime=runtime,
+        )  # fmt: skip
+
+    @staticmethod
+    def _outcome(plan: BuildPlan, status: str, started: float) -> ImageOutcome:
+        return ImageOutcome(
+            tag=plan.tag, status=status, seconds=time.monotonic() - started,  # type: ignore[arg-type]
+            runtime=plan.runtime, warnings=list(plan.warnings),
+        )  # fmt: skip
 
     async def _build(self, plan: BuildPlan, task_name: str) -> ImageOutcome:
         started = time.monotonic()
+        if plan.image_id is not None:  # a prebuilt image used as is: only our tag is added
+            if not await image_exists(plan.tag):
+                await docker_api.call(
+                    f"tag the image of {task_name}", _tag_blocking, plan.image_id, plan.tag
+                )
+            return self._outcome(plan, "cached", started)
         earlier = self._running.get(plan.tag)
         if earlier is not None:  # a build that overran its timeout still runs: not two at once
             await asyncio.wait({earlier})
         if await image_exists(plan.tag):
-            return ImageOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
+            return self._outcome(plan, "cached", started)
         building = asyncio.ensure_future(
             docker_api.call_once(
                 f"build the image of {task_name}",
@@ -294,7 +556,7 @@ class ImageBuilder:
                 f"({plan.timeout_sec:g} s)"
             )
         building.result()
-        return ImageOutcome(tag=plan.tag, status="built", seconds=time.monotonic() - started)
+        return self._outcome(plan, "built", started)
 
     async def ensure_image(
         self,
@@ -302,12 +564,14 @@ class ImageBuilder:
         base_image_map: Mapping[str, str] | None = None,
         *,
         plan: BuildPlan | None = None,
+        force_build: bool = False,
     ) -> ImageOutcome:
         """The task's image, built at most once however many trials ask at the same time.
 
-        `plan`, when the caller made it already (prewarm does), saves reading the task again.
+        `plan`, when the caller made it already (prewarm does), saves reading the task again
+        (`force_build` is then the plan's).
         """
-        plan = plan or await self.plan(task, base_image_map or {})
+        plan = plan or await self.plan(task, base_image_map or {}, force_build=force_build)
         started = time.monotonic()
         inflight = self._inflight.get(asyncio.get_running_loop(), {})
         joined = plan.tag in inflight
@@ -315,7 +579,7 @@ class ImageBuilder:
         outcome = await asyncio.shield(build)
         if not joined:
             return outcome  # type: ignore[return-value]
-        return ImageOutcome(tag=plan.tag, status="cached", seconds=time.monotonic() - started)
+        return self._outcome(plan, "cached", started)
 
 
 _default_builder: ImageBuilder | None = None

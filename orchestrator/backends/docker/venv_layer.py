@@ -29,6 +29,7 @@ from orchestrator.backends.docker.dockerfile import MIN_PYTHON
 from orchestrator.backends.docker.wheelhouse import cache_dir, ensure_wheelhouse, runtime_wheel
 
 CONTEXT_DIR = "trialbox-venv"
+PROBE_TIMEOUT_SEC = 60  # the probe runs `python3 -c print`: seconds at most
 LINK_MODE = stat.S_IFLNK | 0o777  # a context entry with this mode is a symlink to its bytes
 _PROBE = (
     'p="$(command -v python3)" && r="$(readlink -f "$p")" && echo "$r" && '
@@ -61,7 +62,8 @@ def _probe_cache(image_id: str) -> Path:
 
 def probe_blocking(image: str) -> ImagePython | None:
     """The python3 of the image with this id, by running it once ever on this host (None:
-    not local, no sh, or no python3; also remembered)."""
+    no sh or no python3 in it; also remembered). When the engine could not tell (the image
+    is not local, the engine failed), its error is raised and nothing is remembered."""
     cached = _probe_cache(image)
     try:
         known = cached.read_text().split()
@@ -69,10 +71,7 @@ def probe_blocking(image: str) -> ImagePython | None:
         known = None
     if known is not None:
         return ImagePython(path=known[0], version=known[1]) if len(known) == 2 else None
-    try:
-        found = _probe_blocking(image)
-    except docker.errors.APIError:
-        return None  # the engine failed, not the image: no answer to remember
+    found = _probe_blocking(image)
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(f".{uuid.uuid4().hex}")
     partial.write_text("" if found is None else f"{found.path} {found.version}\n")
@@ -80,15 +79,32 @@ def probe_blocking(image: str) -> ImagePython | None:
     return found
 
 
+# How the engine words a start whose command is not in the image (no `sh`): the image's own
+# answer, not a failure of the engine (and so remembered).
+_NO_SHELL = '"sh": executable file not found'
+
+
 def _probe_blocking(image: str) -> ImagePython | None:
+    """Run the probe in a throwaway container (no network), removed whatever happens."""
     client = docker_api.docker_client()
+    container = client.containers.create(
+        image, ["sh", "-c", _PROBE], entrypoint=[], network_mode="none", labels={},
+    )  # fmt: skip
     try:
-        output = client.containers.run(
-            image, ["sh", "-c", _PROBE], entrypoint=[], remove=True, network_mode="none",
-            stdout=True, stderr=False,
-        )  # fmt: skip
-    except docker.errors.ContainerError:  # no sh, no python3: the image's own answer
-        return None
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            if _NO_SHELL in str(exc):
+                return None
+            raise
+        if container.wait(timeout=PROBE_TIMEOUT_SEC)["StatusCode"] != 0:  # no python3
+            return None
+        output = container.logs(stdout=True, stderr=False)
+    finally:
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
     lines = output.decode(errors="replace").split()
     if len(lines) != 2 or not lines[0].startswith("/"):
         return None

@@ -34,6 +34,7 @@ from orchestrator.sandbox import (
     Sandbox,
     SandboxSpec,
 )
+from orchestrator.sandbox.backend import RuntimeState
 from orchestrator.tasks.task import Task
 
 
@@ -55,12 +56,18 @@ class FakeBackend(Backend):
         build_sec: float = 0.0,
         cpus: float | None = None,
         memory_mb: int | None = None,
+        runtime: RuntimeState = "present",
+        image_warnings: tuple[str, ...] = (),
     ) -> None:
         self.limits = limits or Limits()
         self.scripts = Scripts(agent=agent, verifier=verifier, faults=faults or Faults())
         self.users = users
         self.build_sec = build_sec  # how long a "build" takes, to make single-flight visible
         self.builds = 0  # how many builds ran
+        # What every ImageOutcome says about the runtime venv and what it warns; a test may
+        # set them (e.g. runtime="absent": an image with no python3) before a trial.
+        self.runtime: RuntimeState = runtime
+        self.image_warnings = image_warnings
         self.created: list[FakeSandbox] = []  # every sandbox made, removed or not
         self._capabilities = Capabilities(
             network_modes=network_modes, cpus=cpus, memory_mb=memory_mb
@@ -75,8 +82,10 @@ class FakeBackend(Backend):
 
     # -- images -------------------------------------------------------------------------------
 
-    async def plan_image(self, task: Task, base_image_map: Mapping[str, str]) -> FakeImage:
-        return await plan_image(task, base_image_map)
+    async def plan_image(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> FakeImage:
+        return await plan_image(task, base_image_map, force_build=force_build)
 
     async def _build(self, plan: FakeImage) -> None:
         self.builds += 1
@@ -91,15 +100,18 @@ class FakeBackend(Backend):
         base_image_map: Mapping[str, str] | None = None,
         *,
         plan: ImagePlan | None = None,
+        force_build: bool = False,
     ) -> ImageOutcome:
         """The image of `task`: "built" the first time its tag is asked for, "cached" after,
-        and "cached" for whoever joined a build in flight (as the Docker backend reports)."""
+        and "cached" for whoever joined a build in flight (as the Docker backend reports);
+        its `runtime` and `warnings` are the backend's `runtime` and `image_warnings`."""
         if plan is not None and not isinstance(plan, FakeImage):
             raise TypeError(f"the fake backend cannot use a {type(plan).__name__}")
-        plan = plan or await self.plan_image(task, base_image_map or {})
+        plan = plan or await self.plan_image(task, base_image_map or {}, force_build=force_build)
         started = time.monotonic()
+        about = {"runtime": self.runtime, "warnings": list(self.image_warnings)}
         if plan.tag in self._images:
-            return ImageOutcome(tag=plan.tag, status="cached", seconds=0.0)
+            return ImageOutcome(tag=plan.tag, status="cached", seconds=0.0, **about)
         building = self._building.get(plan.tag)
         joined = building is not None and building.get_loop() is asyncio.get_running_loop()
         if building is None or not joined:
@@ -108,7 +120,7 @@ class FakeBackend(Backend):
         await asyncio.shield(building)
         return ImageOutcome(
             tag=plan.tag, status="cached" if joined else "built",
-            seconds=time.monotonic() - started,
+            seconds=time.monotonic() - started, **about,
         )  # fmt: skip
 
     def _forget_build(self, tag: str, done: asyncio.Future[None]) -> None:
