@@ -36,6 +36,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=DEFAULT_PARALLEL_BUILDS,
         help=f"builds at once (default: {DEFAULT_PARALLEL_BUILDS})",
     )
+    parser.add_argument(
+        "--force-build",
+        action="store_true",
+        help="build each task's environment/Dockerfile even when its task.toml names a "
+        "prebuilt docker_image (Harbor's --force-build; TrialConfig.force_build for trials)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -68,7 +74,7 @@ async def _prewarm(args: argparse.Namespace, console: Console) -> int:
         try:
             rows = await prewarm(
                 tasks, base_image_map=config.base_image_map, max_parallel=args.max_parallel,
-                backend=config.backend.build(config.limits),
+                backend=config.backend.build(config.limits), force_build=args.force_build,
                 on_done=lambda _row: progress.advance(bar),
             )  # fmt: skip
         except PrewarmError as exc:

@@ -55,8 +55,11 @@ async def prewarm(
     backend: Backend | None = None,
     max_parallel: int = DEFAULT_PARALLEL_BUILDS,
     on_done: Callable[[PrewarmRow], None] | None = None,
+    force_build: bool = False,
 ) -> list[PrewarmRow]:
     """Build each distinct image once (up to `max_parallel` at a time), reusing what exists.
+    `force_build` builds each task's environment/Dockerfile even when it names a prebuilt
+    docker_image (as `TrialConfig.force_build` does for trials, so they find these images).
 
     Raises PrewarmError, carrying every row, when any build failed.
     """
@@ -70,7 +73,7 @@ async def prewarm(
     failed_plans: list[PrewarmRow] = []
     for task in loaded:
         try:
-            plan = await backend.plan_image(task, mapping)
+            plan = await backend.plan_image(task, mapping, force_build=force_build)
         except Exception as exc:  # every failure becomes a row; the others still build
             failed_plans.append(
                 PrewarmRow(tag=None, tasks=[task.name], status="failed", seconds=0, error=str(exc))
