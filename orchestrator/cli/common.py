@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+from fnmatch import fnmatchcase
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
+from orchestrator.common.errors import TaskError
 from orchestrator.gateway.settings import DEFAULT_KEY_ENV, ModelConfig, ModelLimits, Sampling
-from orchestrator.tasks.task import Task, discover_tasks, load_task, resolve_task_id
+from orchestrator.tasks.task import Task, discover_tasks, is_task_dir, load_task, resolve_task_id
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
 
 EXIT_INFRA = 3
@@ -88,8 +91,16 @@ def print_error(console: Console, message: object) -> None:
     console.print(f"[red]error:[/] {escape(str(message))}", soft_wrap=True)
 
 
-def add_task_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", type=Path, help="a task folder, or a folder of task folders")
+def add_task_options(
+    parser: argparse.ArgumentParser, *, optional_path: bool = False, exclude: bool = False
+) -> None:
+    """PATH and --task-id; `exclude` adds --exclude-task (`tasks_of` applies it)."""
+    parser.add_argument(
+        "path",
+        type=Path,
+        nargs="?" if optional_path else None,
+        help="a task folder, or a folder of task folders",
+    )
     parser.add_argument(
         "--task-id",
         action="append",
@@ -97,6 +108,14 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="dataset mode: the task folder PATH/ID (repeatable); ids may not leave PATH",
     )
+    if exclude:
+        parser.add_argument(
+            "--exclude-task",
+            action="append",
+            default=[],
+            metavar="GLOB",
+            help="leave out the tasks whose name matches GLOB (fnmatch: *, ?, [seq]; repeatable)",
+        )
 
 
 def add_agent_options(parser: argparse.ArgumentParser, *, what: str = "agent") -> None:
@@ -107,7 +126,9 @@ def add_agent_options(parser: argparse.ArgumentParser, *, what: str = "agent") -
         help=f"{what}: oracle | nop | shell (needs --model) | command:<shell command> | "
         "workflow:<module or file.py>:<Class> (default: oracle)",
     )
-    parser.add_argument("--n-concurrent", type=int, default=4, help="trials at once (default: 4)")
+    parser.add_argument(
+        "-n", "--n-concurrent", type=int, default=4, help="trials at once (default: 4)"
+    )
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +173,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def model_of(args: argparse.Namespace) -> ModelConfig | None:
+def model_of(args: Any) -> ModelConfig | None:
     """The model settings the options give, or None; a half-given model is an error."""
     name, url = getattr(args, "model", None), getattr(args, "model_url", None)
     if name is None and url is None:
@@ -180,17 +201,44 @@ def add_base_image_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def tasks_of(args: argparse.Namespace) -> list[Task]:
+def task_folders(path: Path) -> list[Path]:
+    """The task folder PATH, or every task folder directly inside it, sorted by name."""
+    if is_task_dir(path):
+        return [path]
+    if not path.is_dir():
+        raise TaskError(f"{path}: no such folder")
+    folders = sorted(p for p in path.iterdir() if p.is_dir() and is_task_dir(p))
+    if not folders:
+        raise TaskError(f"{path}: holds no task folder (none has instruction.md or task.toml)")
+    return folders
+
+
+def tasks_of(args: Any) -> list[Task]:
+    """The tasks PATH and --task-id name, less those --exclude-task matches (left out before
+    loading: an excluded task is never read)."""
+    excluded = list(getattr(args, "exclude_task", None) or [])
     if args.task_id:
-        return [load_task(resolve_task_id(args.path, tid)) for tid in args.task_id]
-    return discover_tasks(args.path)
+        folders = [resolve_task_id(args.path, tid) for tid in args.task_id]
+    elif not excluded:
+        return discover_tasks(args.path)
+    else:
+        folders = task_folders(Path(args.path))
+    kept = [f for f in folders if not any(fnmatchcase(f.resolve().name, g) for g in excluded)]
+    if not kept:
+        raise ValueError(f"{args.path}: --exclude-task {' '.join(excluded)} leaves no task")
+    return [load_task(folder) for folder in kept]
 
 
-def config_of(args: argparse.Namespace) -> TrialConfig:
+def config_of(args: Any) -> TrialConfig:
+    """The trial config the options give (`args`: argparse's namespace or RunSettings)."""
     config = TrialConfig(
         jobs_dir=getattr(args, "jobs_dir", Path("jobs")),
         keep_containers=getattr(args, "keep_containers", False),
         model=model_of(args),
+        backend={"type": getattr(args, "backend", "docker")},
+        no_internet=getattr(args, "no_internet", False),
+        force_build=getattr(args, "force_build", False),
+        clip_resources=getattr(args, "clip_resources", False),
     )
     config.base_image_map.update(parse_image_map(args.base_image))
     return config

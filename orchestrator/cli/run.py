@@ -1,12 +1,20 @@
-"""`trialbox run`: trials from the shell, with live progress and a summary table."""
+"""`trialbox run`: trials from the shell, with live progress and a summary table.
+
+Options come from the command line, `TRIALBOX_*` variables and a job file (`settings`); a
+job that died is finished with `--resume JOB_DIR`, which reads the job's own config.json.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import signal
 import sys
+from argparse import SUPPRESS
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -19,54 +27,221 @@ from orchestrator.cli.common import (
     add_model_options,
     add_task_options,
     config_of,
-    print_error,
     progress_bar,
     signal_exit_code,
+    task_folders,
     tasks_of,
 )
-from orchestrator.common.ids import new_id
-from orchestrator.service.job import run_job, task_unusable
+from orchestrator.cli.labels import label_value, read_labels
+from orchestrator.cli.settings import (
+    RunOptions,
+    RunSettings,
+    load_settings,
+    resume_overrides,
+)
+from orchestrator.common.ids import check_id
+from orchestrator.service.job import JobRecord, resume_job, run_job, task_unusable
+from orchestrator.service.job_config import JobConfigFile
+from orchestrator.service.job_ids import fresh_job_id
+from orchestrator.service.job_resume import needs_rerun
+from orchestrator.service.job_store import CONFIG_FILE
+from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import parse_agent
-from orchestrator.trials.result import JobResult, TrialResult
+from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig
+from orchestrator.trials.result import TrialResult
+
+DESCRIPTION = f"""\
+Run trials and print a summary. Exit code 0 when every trial ran, 1 on bad input or a task
+that could not be used (it fails before its agent runs, and is never counted as a scored
+zero), {EXIT_INFRA} when any trial failed for infrastructure reasons. SIGINT (Ctrl-C), SIGTERM
+and SIGHUP cancel the running trials, which write their result.json and remove their
+containers; the exit code is then 128 + the signal's number (130, 143, 129). The job id and
+owner are printed to stderr at the start: after a SIGKILL, `trialbox reap --job JOB` removes
+the leftovers and `trialbox run --resume JOBS_DIR/JOB` finishes the job.
+
+Where options come from: command line > TRIALBOX_<OPTION> environment variables
+(TRIALBOX_N_CONCURRENT=8; lists as JSON or comma-separated; --base-image is
+${BASE_IMAGE_MAP_ENV}) > the job file of -c > the defaults shown. A job file (.toml, .yaml,
+.yml, .json) holds any option by its long name with _ for - (n_concurrent = 8), paths
+relative to the file; an unknown key is an error. The job folder gets config.json (every
+option; never a secret) at the start and job.json after every trial.
+"""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run",
         help="run trials of one task folder, or of every task folder inside PATH",
-        description=(
-            "Run trials and print a summary. Exit code 0 when every trial ran, 1 on bad "
-            "input or a task that could not be used (it fails before its agent runs, and is "
-            f"never counted as a scored zero), {EXIT_INFRA} when any trial failed for "
-            "infrastructure reasons. SIGINT "
-            "(Ctrl-C), SIGTERM and SIGHUP cancel the running trials, which write their "
-            "result.json and remove their containers; the exit code is then 128 + the "
-            "signal's number (130, 143, 129). The job id and owner are printed to stderr at "
-            "the start: after a SIGKILL, `trialbox reap --job JOB` removes the leftovers."
-        ),
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_task_options(run)
+    add_task_options(run, optional_path=True, exclude=True)
     add_agent_options(run)
     run.add_argument("--attempts", type=int, default=1, help="trials per task (default: 1)")
+    run.add_argument(
+        "--max-retries",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run a trial that failed for infrastructure reasons (category infra) again, up to "
+        "N times, after a short backoff (default: 0); every attempt is kept, the last counts",
+    )
     add_config_options(run)
+    run.add_argument(
+        "--job-name",
+        metavar="NAME",
+        help="the job folder's name under --jobs-dir, refused if it exists (default: the UTC "
+        "time and a random part, e.g. 2026-12-01__14-03-07__1a2b3c4d)",
+    )
+    run.add_argument(
+        "--backend",
+        choices=["docker", "fake"],
+        default="docker",
+        help="where sandboxes run: docker (default), or fake: in memory, no engine (tasks' "
+        "commands run through a tiny shell; for trying trialbox and for tests)",
+    )
+    run.add_argument(
+        "--no-internet",
+        action="store_true",
+        help="give no task a network, whatever its task.toml says (the model gateway works)",
+    )
+    run.add_argument(
+        "--force-build",
+        action="store_true",
+        help="build each task's environment/Dockerfile even when it names a prebuilt image",
+    )
+    run.add_argument(
+        "--clip-resources",
+        action="store_true",
+        help="clip a task's cpus and memory to the host's, with a warning, instead of refusing",
+    )
     run.add_argument(
         "--label", help="ground-truth label (JSON or a plain string) for the verifier only"
     )
+    run.add_argument(
+        "--labels",
+        type=Path,
+        metavar="FILE",
+        help='a label per task, JSON Lines: {"task": "<task name>", "label": ...} a line (a '
+        "task without one gets none); not with --label",
+    )
     run.add_argument("--json", action="store_true", help="print the job result as JSON")
     add_model_options(run)
+    job = run.add_argument_group("job file and resume")
+    job.add_argument(
+        "-c", "--config", type=Path, metavar="FILE", help="a job file (.toml/.yaml/.yml/.json)"
+    )
+    job.add_argument(
+        "--resume",
+        type=Path,
+        metavar="JOB_DIR",
+        help="finish a job that stopped, in its folder and id, as its config.json says: "
+        "(task, attempt) pairs with no result, or whose result is infra or cancelled, run "
+        "again; every other result is kept untouched. Only -n/--n-concurrent, --max-retries, "
+        "--keep-containers and --json may be given with it (environment and -c do not apply)",
+    )
+    for action in run._actions:  # only what the user typed reaches the namespace
+        action.default = SUPPRESS
     run.set_defaults(handler=handle)
 
 
-def _label(raw: str | None) -> dict[str, object]:
-    if raw is None:
-        return {}
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The options typed on the command line, by RunOptions' field names."""
+    given = {"json_output" if k == "json" else k: v for k, v in vars(args).items()}
+    # An optional positional left out still arrives: its SUPPRESS default through its type.
+    return {k: v for k, v in given.items() if k in RunOptions.model_fields and str(v) != SUPPRESS}
+
+
+@dataclass
+class _Job:
+    """What `trialbox run` hands to the job runner."""
+
+    job_id: str
+    jobs_dir: Path
+    owner: str
+    json_output: bool
+    total: int
+    title: str
+    start: Callable[[dict[str, Any]], Coroutine[Any, Any, JobRecord]]
+
+
+def _labels(settings: RunSettings, tasks: list[Task]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(job-wide metadata, per-task metadata) from --label or --labels."""
+    if settings.label is not None and settings.labels is not None:
+        raise ValueError("--label and --labels: give one of them")
+    if settings.labels is None:
+        return ({} if settings.label is None else {"label": label_value(settings.label)}), {}
+    assert settings.path is not None
+    existing = {t.name for t in tasks}
+    if not settings.task_id:
+        existing |= {folder.resolve().name for folder in task_folders(settings.path)}
+    per_task = read_labels(settings.labels, existing)
+    selected = {t.name for t in tasks}
+    return {}, {name: {"label": v} for name, v in per_task.items() if name in selected}
+
+
+def _new_job(settings: RunSettings) -> _Job:
+    if settings.path is None:
+        raise ValueError("give PATH (a task folder, or a folder of task folders), or --resume")
+    tasks = tasks_of(settings)
+    metadata, task_metadata = _labels(settings, tasks)
+    agent = parse_agent(settings.agent)
+    config = config_of(settings)
+    jobs_dir = config.jobs_dir.resolve()
+    if settings.job_name is None:
+        job_id = fresh_job_id(jobs_dir)
+    else:
+        job_id = check_id(settings.job_name, "--job-name")
+        if (jobs_dir / job_id).exists():
+            raise ValueError(
+                f"{jobs_dir / job_id}: the job folder exists; finish that job with --resume "
+                f"{jobs_dir / job_id}, or choose another --job-name"
+            )
+
+    def start(hooks: dict[str, Any]) -> Coroutine[Any, Any, JobRecord]:
+        return run_job(
+            tasks, agent, n_concurrent=settings.n_concurrent, attempts=settings.attempts,
+            config=config, job_id=job_id, metadata=metadata, task_metadata=task_metadata,
+            max_retries=settings.max_retries, options=settings.saved(), **hooks,
+        )  # fmt: skip
+
+    return _Job(
+        job_id, jobs_dir, config.owner, settings.json_output, len(tasks) * settings.attempts,
+        f"{settings.agent} on {len(tasks)} task(s)", start,
+    )  # fmt: skip
+
+
+def _this_owner() -> str:
+    """The owner a resumed job's sandboxes get: this process's (the first run's is gone)."""
+    return str(TrialConfig.model_fields["owner"].get_default(call_default_factory=True))
+
+
+def _resumed_job(job_dir: Path, given: dict[str, Any]) -> _Job:
+    overrides = resume_overrides(given)
+    job_dir = job_dir.resolve()
     try:
-        return {"label": json.loads(raw)}
-    except json.JSONDecodeError:
-        return {"label": raw}
+        saved = JobConfigFile.model_validate_json((job_dir / CONFIG_FILE).read_bytes())
+    except OSError as exc:
+        raise ValueError(f"{job_dir}: not a job folder to resume ({exc.strerror})") from None
+    json_output = overrides.get("json_output", (saved.options or {}).get("json", False))
+    options = None
+    if saved.options is not None:
+        options = saved.options | {k: v for k, v in overrides.items() if k != "json_output"}
+
+    def start(hooks: dict[str, Any]) -> Coroutine[Any, Any, JobRecord]:
+        return resume_job(
+            job_dir, n_concurrent=overrides.get("n_concurrent"),
+            max_retries=overrides.get("max_retries"),
+            keep_containers=overrides.get("keep_containers"), options=options, **hooks,
+        )  # fmt: skip
+
+    return _Job(
+        saved.job_id, job_dir.parent, _this_owner(), bool(json_output),
+        len(saved.tasks) * saved.attempts, f"{saved.agent}, resumed", start,
+    )  # fmt: skip
 
 
-def _summary_table(job: JobResult) -> Table:
+def _summary_table(job: JobRecord) -> Table:
     table = Table(title=f"job {job.job_id}")
     for column in ("trial", "status", "reward", "agent", "error", "seconds"):
         table.add_column(column)
@@ -84,9 +259,11 @@ def _summary_table(job: JobResult) -> Table:
     return table
 
 
-def _totals(job: JobResult) -> str:
+def _totals(job: JobRecord) -> str:
     parts = [f"{job.n_trials} trials"]
     parts += [f"{n} {status}" for status, n in sorted(job.counts_by_status.items())]
+    if job.superseded:
+        parts.append(f"{len(job.superseded)} superseded by a rerun")
     if job.mean_reward is not None:
         parts.append(f"mean reward {job.mean_reward:.3f}")
     parts += [f"pass@{k} {v:.3f}" for k, v in job.pass_at_k.items()]
@@ -97,20 +274,22 @@ def _totals(job: JobResult) -> str:
     return ", ".join(parts) + f"\nresults in {job.job_dir}"
 
 
-async def _run(args: argparse.Namespace, console: Console) -> int:
-    tasks = tasks_of(args)
-    agent = parse_agent(args.agent)
-    config = config_of(args)
-    job_id = new_id("job")
+async def _drive(plan: _Job, console: Console) -> int:
     print(
-        f"job {job_id}, owner {config.owner} — trialbox reap --job {job_id} removes its leftovers",
+        f"job {plan.job_id}, owner {plan.owner} — trialbox reap --job {plan.job_id} removes its "
+        "leftovers",
         file=sys.stderr,
         flush=True,
     )
-    total = len(tasks) * args.attempts
-    job: JobResult | None = None
-    with progress_bar(console, disable=args.json) as progress:
-        bar = progress.add_task(f"{args.agent} on {len(tasks)} task(s)", total=total)
+    job: JobRecord | None = None
+    with progress_bar(console, disable=plan.json_output) as progress:
+        bar = progress.add_task(plan.title, total=plan.total)
+
+        def started(record: JobRecord) -> None:
+            kept = sum(1 for t in record.trials if not needs_rerun(t))
+            if kept:
+                progress.update(bar, completed=kept)
+                progress.console.print(f"kept {kept} finished trial(s) of {record.n_expected}")
 
         def done(result: TrialResult) -> None:
             progress.advance(bar)
@@ -119,28 +298,31 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
                 f"{result.trial_id}: {result.status} (reward {shown}, {result.timings.total:.1f} s)"
             )
 
-        work = run_job(
-            tasks, agent, n_concurrent=args.n_concurrent, attempts=args.attempts, config=config,
-            job_id=job_id, metadata=_label(args.label), on_trial_done=done,
-        )  # fmt: skip
-        running = asyncio.create_task(work)
-        with CancelOnSignal(running, progress.console, job_id=job_id) as stop:
+        def retrying(result: TrialResult) -> None:
+            progress.update(bar, total=(progress.tasks[0].total or 0) + 1)
+            progress.console.print(f"{result.trial_id}: {result.status}, running it again")
+
+        hooks = {"on_trial_done": done, "on_retry": retrying, "on_start": started}
+        running = asyncio.create_task(plan.start(hooks))
+        with CancelOnSignal(running, progress.console, job_id=plan.job_id) as stop:
             try:
                 job = await running
             except asyncio.CancelledError:
                 if stop.received is None:
                     raise  # not ours: let it go on
     if job is not None:  # also when a signal came too late to cancel anything
-        if args.json:
+        if plan.json_output:
             print(job.model_dump_json(indent=2))
         else:
             console.print(_summary_table(job))
             console.print(_totals(job))
     if stop.received is not None:
         name = signal.Signals(stop.received).name
+        job_dir = plan.jobs_dir / plan.job_id
         console.print(
             f"[yellow]interrupted by {name}: running trials were cancelled and torn down; "
-            f"their result.json is under {config.jobs_dir.resolve() / job_id}[/]",
+            f"their result.json is under {job_dir}; finish the job with "
+            f"trialbox run --resume {job_dir}[/]",
             soft_wrap=True,
         )
         return signal_exit_code(stop.received)
@@ -151,7 +333,14 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    if args.n_concurrent < 1 or args.attempts < 1:
-        print_error(console, "--n-concurrent and --attempts must be at least 1")
-        return 1
-    return asyncio.run(_run(args, console))
+    given = _given(args)
+    resume: Path | None = getattr(args, "resume", None)
+    if resume is not None:
+        if getattr(args, "config", None) is not None:
+            raise ValueError("-c/--config: not with --resume, which reads the job's config.json")
+        plan = _resumed_job(resume, given)
+    else:
+        plan = _new_job(load_settings(given, getattr(args, "config", None)))
+    if plan.json_output and not console.stderr:
+        console = Console(stderr=True)  # stdout is the JSON's alone
+    return asyncio.run(_drive(plan, console))

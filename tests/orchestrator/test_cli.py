@@ -68,7 +68,10 @@ def test_run_refuses_a_task_id_that_leaves_the_tasks_dir(docker_ready, tmp_path:
 def test_help_documents_every_option() -> None:
     for command, options in {
         "run": ["--agent", "--n-concurrent", "--attempts", "--jobs-dir", "--keep-containers",
-                "--base-image", "--task-id", "--label", "--json"],
+                "--base-image", "--task-id", "--label", "--json", "--max-retries", "--resume",
+                "--config", "--job-name", "--exclude-task", "--labels", "--no-internet",
+                "--force-build", "--clip-resources", "--backend",
+                "command line > TRIALBOX_<OPTION> environment variables"],
         "prewarm": ["--base-image", "--max-parallel", "--task-id"],
         "serve": ["--task", "--tasks-dir", "--host", "--port", "--agent", "--allow-agent",
                   "--allow-task-paths", "--n-concurrent", "--max-queue-depth",

@@ -1,0 +1,199 @@
+"""`trialbox run`'s options, from the command line, `TRIALBOX_*` variables and a job file.
+
+A job worth running again is worth writing down: `-c job.toml` (or .yaml, .yml, .json) holds
+any option, keyed by its long name with `_` for `-` (`n_concurrent = 8`), and so does the
+environment (`TRIALBOX_N_CONCURRENT=8`). The first place that gives an option wins: command
+line > environment > job file > defaults (pydantic-settings merges them). Each place is
+checked on its own first, so an error names it: the file and the key, or the variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+from orchestrator.gateway.settings import DEFAULT_KEY_ENV
+from orchestrator.trials.config import BASE_IMAGE_MAP_ENV
+
+ENV_PREFIX = "TRIALBOX_"
+# The field `json_output` is the option --json (a field named `json` would shadow pydantic's).
+_KEY_OF_FIELD = {"json_output": "json"}
+_FIELD_OF_KEY = {key: field for field, key in _KEY_OF_FIELD.items()}
+# --base-image already had its variable, in the same FROM=LOCAL,... form.
+_ENV_OF_FIELD = {"base_image": BASE_IMAGE_MAP_ENV}
+# Paths in a job file are relative to the file's folder, not to where trialbox runs.
+_PATH_FIELDS = ("path", "jobs_dir", "labels")
+# What may change when a job is resumed: none of it changes what a trial does.
+RESUME_OVERRIDES = ("n_concurrent", "max_retries", "keep_containers", "json_output")
+_FILE_SOURCES = {
+    ".toml": TomlConfigSettingsSource,
+    ".yaml": YamlConfigSettingsSource,
+    ".yml": YamlConfigSettingsSource,
+    ".json": JsonConfigSettingsSource,
+}
+
+
+class RunOptions(BaseModel):
+    """Every option of `trialbox run` (the defaults are the command's)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    path: Path | None = None
+    task_id: list[str] = Field(default_factory=list)
+    exclude_task: list[str] = Field(default_factory=list)
+    agent: str = "oracle"
+    n_concurrent: int = Field(4, ge=1)
+    attempts: int = Field(1, ge=1)
+    max_retries: int = Field(0, ge=0)
+    jobs_dir: Path = Path("jobs")
+    job_name: str | None = None
+    keep_containers: bool = False
+    base_image: list[str] = Field(default_factory=list)
+    backend: Literal["docker", "fake"] = "docker"
+    no_internet: bool = False
+    force_build: bool = False
+    clip_resources: bool = False
+    label: Any = None
+    labels: Path | None = None
+    json_output: bool = False
+    model: str | None = None
+    model_url: str | None = None
+    model_key_env: str = DEFAULT_KEY_ENV
+    max_turns: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_model_calls: int | None = None
+    max_model_tokens: int | None = None
+    token_ids: bool = False
+
+    @field_validator("task_id", "exclude_task", "base_image", mode="before")
+    @classmethod
+    def _one_string_is_a_list(cls, value: object) -> object:
+        """A variable (or a file's string) holds a list as JSON or comma-separated."""
+        if not isinstance(value, str):
+            return value
+        if value.lstrip().startswith("["):
+            return json.loads(value)
+        return [item.strip() for item in value.split(",") if item.strip()]
+
+    def saved(self) -> dict[str, Any]:
+        """The options as a job file would hold them (absolute paths), for config.json."""
+        data = self.model_dump(mode="json")
+        for name in _PATH_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = str(value.resolve())
+        return {_KEY_OF_FIELD.get(name, name): value for name, value in data.items()}
+
+
+class RunSettings(BaseSettings, RunOptions):
+    """The merged options; build with `load_settings`."""
+
+    model_config = SettingsConfigDict(extra="forbid", protected_namespaces=())
+
+
+def env_name(field: str) -> str:
+    """The variable that gives an option: TRIALBOX_ and its key in capitals."""
+    return _ENV_OF_FIELD.get(field) or ENV_PREFIX + _KEY_OF_FIELD.get(field, field).upper()
+
+
+def options_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The options set by TRIALBOX_* variables (an empty one is unset)."""
+    values = {field: environ.get(env_name(field)) for field in RunOptions.model_fields}
+    found = {field: value for field, value in values.items() if value}
+    _check(found, lambda field: f"${env_name(field)}")
+    return found
+
+
+def options_from_file(path: Path) -> dict[str, Any]:
+    """The options in a job file; an unknown key is an error naming the file and the key."""
+    source = _FILE_SOURCES.get(path.suffix.lower())
+    if source is None:
+        raise ValueError(f"{path}: a job file is .toml, .yaml, .yml or .json")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such job file")
+    try:
+        data = source(RunSettings, path)()
+    except Exception as exc:  # each format fails its own way
+        kind = path.suffix[1:].upper()
+        raise ValueError(f"{path}: not a {kind} mapping of options: {exc}") from exc
+    unknown = sorted(set(data) - {_KEY_OF_FIELD.get(f, f) for f in RunOptions.model_fields})
+    if unknown:
+        raise ValueError(f"{path}: unknown option {unknown[0]!r} (keys are the long option names)")
+    found = {_FIELD_OF_KEY.get(key, key): value for key, value in data.items()}
+    for name in _PATH_FIELDS:
+        if isinstance(found.get(name), str):
+            found[name] = str(path.parent.resolve() / found[name])
+    _check(found, lambda field: f"{path}: {_KEY_OF_FIELD.get(field, field)}")
+    return found
+
+
+def _check(values: dict[str, Any], where: Any) -> None:
+    """Check one place's options alone, so that an error says where the bad value is."""
+    try:
+        RunOptions.model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else ""
+        raise ValueError(f"{where(field)}: {error['msg']}") from None
+
+
+def load_settings(
+    given: Mapping[str, Any],
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RunSettings:
+    """The options in force: `given` (from the command line) > environment > file > defaults."""
+    environ = os.environ if environ is None else environ
+    _check(dict(given), _flag)
+    places = [dict(given), options_from_env(environ)]
+    if config_file is not None:
+        places.append(options_from_file(config_file))
+
+    class Merged(RunSettings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            """Ours instead of pydantic-settings' own: its environment source would also
+            read aliases and un-prefixed names."""
+            return tuple(InitSettingsSource(settings_cls, place) for place in places)
+
+    return Merged()
+
+
+def _flag(field: str) -> str:
+    return "PATH" if field == "path" else "--" + _KEY_OF_FIELD.get(field, field).replace("_", "-")
+
+
+def resume_overrides(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The options given with --resume; any other than RESUME_OVERRIDES is refused, since it
+    could change what a trial does and the job's results would no longer agree."""
+    refused = sorted(set(given) - set(RESUME_OVERRIDES))
+    if refused:
+        flags = ", ".join(_flag(field) for field in refused)
+        raise ValueError(
+            f"{flags}: not with --resume, which runs the job as its config.json says (only "
+            "--n-concurrent, --max-retries, --keep-containers and --json may change)"
+        )
+    return dict(given)
