@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
 from argparse import SUPPRESS
@@ -39,6 +40,7 @@ from orchestrator.cli.settings import (
     load_settings,
     resume_overrides,
 )
+from orchestrator.common.errors import TaskError
 from orchestrator.common.ids import check_id
 from orchestrator.service.job import JobRecord, resume_job, run_job, task_unusable
 from orchestrator.service.job_config import JobConfigFile
@@ -172,8 +174,8 @@ def _labels(settings: RunSettings, tasks: list[Task]) -> tuple[dict[str, Any], d
     if settings.labels is None:
         return ({} if settings.label is None else {"label": label_value(settings.label)}), {}
     assert settings.path is not None
-    existing = {t.name for t in tasks}
-    if not settings.task_id:
+    existing = {t.name for t in tasks}  # and those --task-id or --exclude-task left out:
+    with contextlib.suppress(TaskError):  # a labels file may cover the whole dataset
         existing |= {folder.resolve().name for folder in task_folders(settings.path)}
     per_task = read_labels(settings.labels, existing)
     selected = {t.name for t in tasks}

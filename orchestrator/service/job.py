@@ -178,7 +178,7 @@ async def resume_job(
         backoff = retry_backoff or Backoff(*saved.retry_backoff_sec)
         saved = saved.model_copy(
             update={
-                "n_concurrent": n_concurrent or saved.n_concurrent,
+                "n_concurrent": saved.n_concurrent if n_concurrent is None else n_concurrent,
                 "max_retries": saved.max_retries if max_retries is None else max_retries,
                 "retry_backoff_sec": (backoff.first_sec, backoff.max_sec),
                 "resumed_at": [*saved.resumed_at, datetime.now(UTC)],
