@@ -45,7 +45,7 @@ def tar_of_files(
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name, dir_mode in (dirs or {}).items():
-            archive.addfile(_info(name, mode=dir_mode, kind=tarfile.DIRTYPE))
+            archive.addfile(_info(name, mode=dir_mode, kind=tarfile.DIRTYPE, owner=owner))
         for name in sorted(files):
             item = files[name]
             data, file_mode = item if isinstance(item, tuple) else (item, mode)
@@ -60,9 +60,14 @@ def tar_of_files(
 
 
 def tar_of_dir(
-    source: Path, arcname: str, *, top_mode: int | None = None, readable: bool = False
+    source: Path,
+    arcname: str,
+    *,
+    top_mode: int | None = None,
+    readable: bool = False,
+    owner: tuple[int, int] = (0, 0),
 ) -> bytes:
-    """A tar of a host folder under `arcname`, owned by root, modes kept.
+    """A tar of a host folder under `arcname`, owned by `owner` (root), modes kept.
 
     `top_mode` sets the mode of the folder itself (0o700 keeps others out of all of it).
     `readable` lets every user read the files and enter the folders, whatever umask they
@@ -70,8 +75,8 @@ def tar_of_dir(
     """
 
     def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = "root"
+        info.uid, info.gid = owner
+        info.uname = info.gname = "root" if owner == (0, 0) else ""
         if readable:
             info.mode |= 0o555 if info.isdir() or info.mode & 0o100 else 0o444
         if top_mode is not None and info.name == arcname:

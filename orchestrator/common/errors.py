@@ -104,3 +104,19 @@ class AgentSpecError(TrialboxError, ValueError):
     """An --agent value could not be understood."""
 
     category: ClassVar[ErrorCategory] = "validation"
+
+
+class HealthcheckFailedError(TaskError):
+    """The task's (or its image's) healthcheck ran and failed `retries` times in a row
+    before the agent started: the environment never became ready. No sample: the agent
+    never ran."""
+
+
+class SandboxNotReadyError(TrialboxError):
+    """The healthcheck kept timing out before the agent started (a slow or loaded host can
+    do that): infra, retry."""
+
+
+class RuntimeMissingError(TaskError):
+    """The agent (or the model gateway's forwarder) runs trialbox's Python runtime inside the
+    sandbox, and this image has no usable python3 for it."""

@@ -5,7 +5,14 @@ The trial, the agents, prewarm and reap talk only to these interfaces; each back
 """
 
 from orchestrator.sandbox.backend import Backend, ImageOutcome, ImagePlan, Leftover
-from orchestrator.sandbox.protocol import Capabilities, ExecResult, Health, Healthcheck, Sandbox
+from orchestrator.sandbox.protocol import (
+    Capabilities,
+    ExecResult,
+    Health,
+    Healthcheck,
+    ImageDefaults,
+    Sandbox,
+)
 from orchestrator.sandbox.spec import (
     LABEL_JOB,
     LABEL_OWNER,
@@ -24,6 +31,7 @@ __all__ = [
     "ExecResult",
     "Health",
     "Healthcheck",
+    "ImageDefaults",
     "ImageOutcome",
     "ImagePlan",
     "Leftover",

@@ -54,6 +54,15 @@ class Healthcheck(BaseModel):
     retries: int = 3
 
 
+class ImageDefaults(BaseModel):
+    """What a sandbox's image declares for the processes run in it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    user: str = Field("", description="The image's USER; '' when it sets none (root).")
+    healthcheck: Healthcheck | None = None
+
+
 class Health(BaseModel):
     """What the engine says about a sandbox, read from outside it (no exec needed), so a
     fault can be put in its true category: the agent's doing, or the engine's and host's."""
@@ -136,8 +145,8 @@ class Sandbox(RelaySandbox, Protocol):
         """Remove the sandbox; idempotent, and finished before a cancel goes on."""
         ...
 
-    async def image_healthcheck(self) -> Healthcheck | None:
-        """The HEALTHCHECK the sandbox's image declares, if any (the task's own wins)."""
+    async def image_defaults(self) -> ImageDefaults:
+        """What the sandbox's image declares: its USER and HEALTHCHECK."""
         ...
 
     async def health(self, *, pids: bool = False) -> Health:

@@ -20,6 +20,7 @@ from orchestrator.common.archive import tar_of_dir
 from orchestrator.common.errors import AgentSpecError, TaskError
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Sandbox
+from orchestrator.trials.context import TrialContext
 from orchestrator.trials.materialize import Materialized
 
 WORKFLOW_DIR = "/opt/trialbox/agent"
@@ -29,6 +30,8 @@ class Agent(ABC):
     """One way of working on a task inside the sandbox."""
 
     needs_model = False  # True when the agent cannot work without a model gateway
+    needs_runtime = False  # True when it runs trialbox's Python runtime in the sandbox
+    runs_solution = False  # True when it runs the task's solution/ (and gets [solution.env])
 
     def __init__(self, spec: str) -> None:
         self.spec = spec
@@ -39,6 +42,11 @@ class Agent(ABC):
     @abstractmethod
     def command(self) -> str:
         """The shell command that is the agent's process."""
+
+    def task_env(self, context: TrialContext) -> dict[str, str]:
+        """Variables the task declares for this agent, beyond [environment.env] (which every
+        process gets); most agents get none."""
+        return {}
 
     async def problem(self, logs_dir: Path) -> str | None:
         """What went wrong with the agent's own work, read from the collected `/logs`; None
@@ -69,6 +77,8 @@ class CommandAgent(Agent):
 class OracleAgent(Agent):
     """Uploads the task's solution/ and runs solution/solve.sh: proves the task solvable."""
 
+    runs_solution = True
+
     async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:
         solve = trial.solution_dir / "solve.sh"
         if not solve.is_file():
@@ -80,9 +90,15 @@ class OracleAgent(Agent):
         shell = "$(command -v bash || echo sh)"
         return f"{shell} /solution/solve.sh"
 
+    def task_env(self, context: TrialContext) -> dict[str, str]:
+        """[solution.env]: for the oracle only, as in Harbor."""
+        return dict(context.solution_env)
+
 
 class WorkflowAgent(Agent):
     """Runs an `AgentWorkflow` subclass with the in-container runner; its code is uploaded."""
+
+    needs_runtime = True
 
     def __init__(self, spec: str, target: str) -> None:
         super().__init__(spec)
@@ -139,6 +155,7 @@ class ShellAgent(Agent):
     the model behind the trial's gateway. The reference agent for RL rollouts."""
 
     needs_model = True
+    needs_runtime = True
 
     def command(self) -> str:
         return f"exec {RUNTIME_PYTHON} -m container_runtime shell"

@@ -25,7 +25,7 @@ from orchestrator.common.errors import (
     AgentSpecError,
     ImageBuildError,
     RewardFileError,
-    TaskError,
+    RuntimeMissingError,
     TrialboxError,
     WorkflowError,
 )
@@ -40,6 +40,7 @@ from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.collect import LogCollector
 from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.context import TrialContext, plan_context
 from orchestrator.trials.faults import after_agent, classify
 from orchestrator.trials.guarded import GuardedSandbox
 from orchestrator.trials.materialize import (
@@ -49,9 +50,11 @@ from orchestrator.trials.materialize import (
     skeleton_tar,
 )
 from orchestrator.trials.model_link import ModelLink
+from orchestrator.trials.readiness import wait_ready
 from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
 from orchestrator.trials.rewards import headline_reward
-from orchestrator.trials.verifier import score, verify
+from orchestrator.trials.runtime import check_runtime, runtime_missing
+from orchestrator.trials.verifier import VerifierSetup, score, verify
 from relay import Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
@@ -98,6 +101,8 @@ class Trial:
         self.metadata = dict(metadata)
         self.trial_dir = config.jobs_dir.resolve() / job_id / trial_id
         self.logs = LogCollector(self.trial_dir, config.limits.log_file_cap_bytes)
+        self._context: TrialContext | None = None
+        self._image_user = ""
         self.scrubber = Scrubber(self._secrets())
         self.result = TrialResult(
             trial_id=trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
@@ -112,8 +117,22 @@ class Trial:
 
     # -- bookkeeping --------------------------------------------------------------------------
 
-    def _secrets(self) -> list[str]:
+    @property
+    def context(self) -> TrialContext:
+        """The task's execution context, worked out in the first phase."""
+        if self._context is None:
+            raise RuntimeError("the trial's context is planned in its first phase")
+        return self._context
+
+    @context.setter
+    def context(self, value: TrialContext) -> None:
+        self._context = value
+
+    def _secrets(self, context: TrialContext | None = None) -> list[str]:
         secrets = list(self.config.credentials.values())
+        context = context or self._context
+        if context is not None:
+            secrets.extend(context.host_values)
         if self.model is not None and self.model.api_key is not None:
             secrets.append(self.model.api_key.get_secret_value())
         if self.link is not None and self.link.slot is not None:
@@ -155,24 +174,38 @@ class Trial:
             credentials_ref=next(iter(self.config.credentials), None),
         )  # fmt: skip
 
-    def _check_offered(self) -> None:
-        """What the task asks of its sandbox, the backend must offer: refused before a build."""
-        mode = self.task.config.environment.effective_network_mode
-        offered = self.backend.capabilities.network_modes
-        if mode not in offered:
-            raise TaskError(
-                f"{self.task.path}/task.toml: network mode {mode!r} is not offered by the "
-                f"{self.backend.name} backend (it offers {sorted(offered)})"
-            )
+    def _plan_context(self) -> TrialContext:
+        """What the task asks of its sandbox, worked out and checked before any build."""
+        context = plan_context(
+            self.task, self.config, self.backend.capabilities, backend_name=self.backend.name,
+            with_solution=self.agent.runs_solution,
+        )  # fmt: skip
+        self.result.warnings.extend(context.warnings)
+        self.scrubber = Scrubber(self._secrets(context))
+        return context
 
-    async def _start(self, staged: Materialized, image: str) -> Sandbox:
-        env = self.task.config.environment
+    async def _start(self, staged: Materialized, built: ImageOutcome) -> Sandbox:
+        context = self.context
         spec = SandboxSpec(
-            image=image, trial_id=self.trial_id, job_id=self.job_id, owner=self.config.owner,
-            cpus=env.cpus, memory_mb=env.memory_mb, pids_limit=env.pids_limit,
-            network_mode=env.effective_network_mode, mounts=await self._open_model_link(),
+            image=built.tag, trial_id=self.trial_id, job_id=self.job_id, owner=self.config.owner,
+            cpus=context.cpus, memory_mb=context.memory_mb,
+            pids_limit=self.task.config.environment.pids_limit,
+            network_mode=context.network_mode, env=context.env, workdir=context.workdir,
+            mounts=await self._open_model_link(),
         )  # fmt: skip
         self.sandbox = sandbox = await self.backend.create_sandbox(spec)
+        if self._needs_runtime and built.runtime == "unknown":
+            await check_runtime(sandbox, built.tag, self._runtime_user)
+        defaults = await sandbox.image_defaults()
+        self._image_user = defaults.user
+        check = context.healthcheck or defaults.healthcheck
+        if check is not None:
+            where = (
+                f"{self.task.path / 'task.toml'}: environment.healthcheck"
+                if context.healthcheck is not None
+                else f"the HEALTHCHECK of image {built.tag}"
+            )
+            await wait_ready(sandbox, check, where=where)
         container_input = staged.container_input
         if self.link is not None:
             await self.link.connect(sandbox)
@@ -187,7 +220,9 @@ class Trial:
         change); a failed build's whole log is kept in the trial's folder."""
         copy = self.task.model_copy(update={"path": staged.task_dir})
         try:
-            built = await self.backend.ensure_image(copy, self.config.base_image_map)
+            built = await self.backend.ensure_image(
+                copy, self.config.base_image_map, force_build=self.config.force_build
+            )
         except ImageBuildError as exc:
             where = self.trial_dir / "image-build.log"
             async with aiofiles.open(where, "w", encoding="utf-8") as out:
@@ -195,7 +230,19 @@ class Trial:
             exc.args = (f"{exc.args[0]}\n--- the whole build log: {where} ---",)
             raise
         self.result.image_tag = built.tag
+        self.result.warnings.extend(built.warnings)
+        if self._needs_runtime and built.runtime == "absent":
+            raise RuntimeMissingError(runtime_missing(self._runtime_user, built.tag))
         return built
+
+    @property
+    def _needs_runtime(self) -> bool:
+        """The agent, or the model gateway's in-sandbox forwarder, runs trialbox's Python."""
+        return self.agent.needs_runtime or self.model is not None
+
+    @property
+    def _runtime_user(self) -> str:
+        return f"--agent {self.agent.spec}" + (" with a model" if self.model else "")
 
     async def _open_model_link(self) -> tuple[Mount, ...]:
         """The gateway slot, opened before the sandbox: its socket folder is mounted."""
@@ -224,13 +271,15 @@ class Trial:
         guarded = GuardedSandbox(sandbox, lambda: self._before_relay_destroys(sandbox))
         relay = Relay(guarded, policy=policy, stdout=AGENT_STDOUT, stderr=AGENT_STDERR)
         timeout = self.task.config.agent.timeout_sec
-        env = dict(self.config.credentials)
+        env = {**self.agent.task_env(self.context), **self.config.credentials}
         if self.link is not None:
             env.update(self.link.agent_env())
             self.link.start_clock(timeout)
         started = time.monotonic()
         try:
-            await relay.run(self.agent.command(), timeout_sec=timeout, env=env)
+            await relay.run(
+                self.agent.command(), timeout_sec=timeout, env=env, user=self.context.agent_user
+            )
         finally:
             if relay.outcome is not None:  # first: a cancel while closing must not lose it
                 self.relay_outcome = relay.outcome
@@ -260,14 +309,17 @@ class Trial:
 
     @property
     def _mem(self) -> dict[str, int]:
-        return {"memory_mb": self.task.config.environment.memory_mb}
+        return {"memory_mb": self.context.memory_mb}
 
     async def _verify(self, sandbox: Sandbox, staged: Materialized) -> None:
         self.result.status = "grading"
         if self._on_grading is not None:
             self._on_grading(self)
-        section = self.task.config.verifier
-        notes = await verify(sandbox, staged.tests_dir, section, self.limits, **self._mem)
+        setup = VerifierSetup(
+            timeout_sec=self.task.config.verifier.timeout_sec, env=self.context.verifier_env,
+            user=self.context.verifier_user, image_user=self._image_user,
+        )  # fmt: skip
+        notes = await verify(sandbox, staged.tests_dir, setup, self.limits, **self._mem)
         self.result.warnings.extend(notes)
 
     async def _collect(self, sandbox: Sandbox) -> None:
@@ -303,13 +355,13 @@ class Trial:
         staged: Materialized | None = None
         try:
             with self._timed("materialize"):
-                self._check_offered()
+                self.context = self._plan_context()
                 staged = await self._materialize()
                 self.result.task_checksum = staged.checksum
             with self._timed("image"):
                 built = await self._image(staged)
             with self._timed("start"):
-                sandbox = await self._start(staged, built.tag)
+                sandbox = await self._start(staged, built)
             with self._timed("agent"):
                 await self._run_agent(sandbox, staged)
             with self._timed("verify"):

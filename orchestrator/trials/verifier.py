@@ -1,18 +1,22 @@
 """The verifier step: score the agent's work in the very sandbox it worked in.
 
 Whatever the agent wrote into /logs/verifier (a pre-written reward) goes first, and the new
-folder is root's; `tests/` (which may hold the label) arrives only now, root-only, and
-tests/test.sh runs as root. So an agent's leftover processes running as another user can
-neither read the label nor write a reward while the verifier runs.
+folder is root's; `tests/` (which may hold the label) arrives only now, root-only. As in
+Harbor, tests/test.sh runs as the task's `verifier.user`, else the image's USER, else root,
+from the task's `environment.workdir`, else the image's WORKDIR. Run as root, an agent's
+leftover processes running as another user can neither read the label nor write a reward.
+Run as another user, /tests and /logs/verifier become that user's, so a leftover process of
+the agent's running as that same user could: docs/harbor.md says so.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from container_runtime import paths
-from orchestrator.common.archive import tar_of_dir
+from orchestrator.common.archive import tar_of_dir, tar_of_files
 from orchestrator.common.errors import (
     SandboxError,
     VerifierSetupError,
@@ -21,7 +25,6 @@ from orchestrator.common.errors import (
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Sandbox
-from orchestrator.tasks.task import VerifierSection
 from orchestrator.trials.faults import explained, free_pids, raise_if_going
 from orchestrator.trials.rewards import read_rewards
 
@@ -37,6 +40,16 @@ _RUN = (
 
 
 @dataclass(frozen=True)
+class VerifierSetup:
+    """How tests/test.sh is run: its time limit, its own variables, and its user."""
+
+    timeout_sec: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    user: str = ""  # "": the image's USER
+    image_user: str = ""  # what the image declares, so root needs no lookup
+
+
+@dataclass(frozen=True)
 class VerifierRun:
     """How tests/test.sh ended in the sandbox."""
 
@@ -44,42 +57,58 @@ class VerifierRun:
     seconds: float
 
 
-async def run_verifier(
-    sandbox: Sandbox, tests_dir: Path, section: VerifierSection, limits: Limits
-) -> VerifierRun:
-    """Empty /logs/verifier, upload `tests_dir` as /tests (root-only), run tests/test.sh.
+async def _owner(sandbox: Sandbox, setup: VerifierSetup, limits: Limits) -> tuple[int, int]:
+    """(uid, gid) of the verifier's user; root's without asking when it is root."""
+    user = setup.user or setup.image_user
+    if user in ("", "root", "0") or user.startswith(("root:", "0:")):
+        return (0, 0)
+    ids = await sandbox.exec("id -u; id -g", timeout_sec=limits.verifier_setup_sec, user=user)
+    numbers = ids.output.split()
+    if ids.exit_code != 0 or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+        raise VerifierSetupError(f"cannot resolve the uid/gid of verifier user {user!r}: "
+                                 f"{ids.output.strip()[:200]}")  # fmt: skip
+    return int(numbers[0]), int(numbers[1])
 
-    Raises VerifierSetupError when the sandbox cannot be prepared and VerifierTimeoutError
-    when tests/test.sh overruns its timeout.
+
+async def run_verifier(
+    sandbox: Sandbox, tests_dir: Path, setup: VerifierSetup, limits: Limits
+) -> VerifierRun:
+    """Empty /logs/verifier, upload `tests_dir` as /tests (only its user may enter it: root,
+    or the verifier's user), run tests/test.sh.
+
+    Ownership comes with the upload (the engine extracts as itself), so no capability is
+    needed inside the sandbox: an exec as root in an image whose USER is not root may have
+    none. Raises VerifierSetupError when the sandbox cannot be prepared and
+    VerifierTimeoutError when tests/test.sh overruns its timeout.
     """
     cleared = await sandbox.exec(_RESET, timeout_sec=limits.verifier_setup_sec, user="root")
     if cleared.exit_code != 0:
         raise VerifierSetupError(f"could not empty {paths.VERIFIER_DIR}: {cleared.output}")
-    tests = await run_blocking(tar_of_dir, tests_dir, "tests", top_mode=0o700)
+    owner = await _owner(sandbox, setup, limits)
+    tests = await run_blocking(tar_of_dir, tests_dir, "tests", top_mode=0o700, owner=owner)
     await sandbox.upload(tests, "/")
+    if owner != (0, 0):
+        verifier_dir = paths.VERIFIER_DIR.lstrip("/")
+        await sandbox.upload(tar_of_files({}, dirs={verifier_dir: 0o755}, owner=owner), "/")
     outcome = await sandbox.exec(
-        _RUN,
-        timeout_sec=section.timeout_sec,
-        env=section.env,
-        user="root",
-        workdir=paths.TESTS_DIR,
+        _RUN, timeout_sec=setup.timeout_sec, env=setup.env, user=setup.user
     )
     if outcome.timed_out:
         raise VerifierTimeoutError(
-            f"tests/test.sh ran past its verifier timeout ({section.timeout_sec:g} s)"
+            f"tests/test.sh ran past its verifier timeout ({setup.timeout_sec:g} s)"
         )
     return VerifierRun(exit_code=outcome.exit_code, seconds=outcome.duration_sec)
 
 
 async def verify(
-    sandbox: Sandbox, tests_dir: Path, section: VerifierSection, limits: Limits, *, memory_mb: int
+    sandbox: Sandbox, tests_dir: Path, setup: VerifierSetup, limits: Limits, *, memory_mb: int
 ) -> list[str]:
     """`run_verifier`, judged from outside when the sandbox fails it: pids held by the agent's
     leftovers are freed first (a note is returned), a sandbox that died is put in the category
     of its true cause."""
     notes: list[str] = []
     try:
-        run = await run_verifier(sandbox, tests_dir, section, limits)
+        run = await run_verifier(sandbox, tests_dir, setup, limits)
     except (VerifierSetupError, SandboxError) as exc:
         freed = await free_pids(sandbox) if isinstance(exc, VerifierSetupError) else None
         if freed is None:
@@ -88,7 +117,7 @@ async def verify(
                 raise
             raise cause from exc
         notes.append(freed)
-        run = await run_verifier(sandbox, tests_dir, section, limits)
+        run = await run_verifier(sandbox, tests_dir, setup, limits)
     if run.exit_code is None or run.exit_code >= 128:  # killed: the sandbox too?
         what = f"tests/test.sh ended with {run.exit_code}"
         raise_if_going(await sandbox.health(), what=what, memory_mb=memory_mb)

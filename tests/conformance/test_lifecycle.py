@@ -76,7 +76,10 @@ async def test_a_network_mode_not_offered_is_refused_leaving_nothing(
     assert await backend.backend.find_leftovers(job=backend.job_id) == []
 
 
-async def test_the_default_network_mode_is_offered(backend: BackendUnderTest) -> None:
-    assert "none" in backend.backend.capabilities.network_modes
-    async with backend.sandbox(network_mode="none") as sandbox:
+@pytest.mark.parametrize("mode", ["none", "bridge"])
+async def test_the_network_modes_harbor_tasks_use_are_offered(
+    backend: BackendUnderTest, mode: str
+) -> None:
+    assert mode in backend.backend.capabilities.network_modes
+    async with backend.sandbox(network_mode=mode) as sandbox:
         assert sandbox.capabilities == backend.backend.capabilities

@@ -59,9 +59,10 @@ def agent_file(result: TrialResult, name: str) -> Path:
 async def test_the_shell_agent_solves_a_task_with_no_network_through_the_gateway(
     config: TrialConfig,
 ) -> None:
+    offline = config.model_copy(update={"no_internet": True})
     async with StandIn(shell_solver(SOLVE, "done")) as upstream:
         result = await run_trial(
-            SHELL_TASK, "shell", config=with_model(config, upstream, request_token_ids=True)
+            SHELL_TASK, "shell", config=with_model(offline, upstream, request_token_ids=True)
         )
     assert (result.status, result.reward, result.error) == ("success", 1.0, None)
     assert result.usage is not None and result.usage.calls == 3

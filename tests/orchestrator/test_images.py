@@ -143,8 +143,8 @@ async def test_non_root_user_is_restored_after_the_patch(config: TrialConfig, ma
     assert result.reward == 1.0
     logs = Path(result.trial_dir) / "logs"
     assert (logs / "agent" / "stdout.txt").read_text() == "nobody\n"
-    # The verifier runs as root, so /tests (which may hold the label) can be root-only.
-    assert (logs / "verifier" / "test-stdout.txt").read_text().startswith("root\n")
+    # As in Harbor, the verifier runs as the image's USER; /tests was handed to it.
+    assert (logs / "verifier" / "test-stdout.txt").read_text().startswith("nobody\n")
 
 
 async def test_plan_refuses_symlinks_out_of_the_task(

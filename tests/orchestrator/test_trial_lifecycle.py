@@ -12,8 +12,8 @@ import docker
 import docker.errors
 import pytest
 
-from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator import TrialConfig, TrialResult, run_trial
+from orchestrator.backends.docker.sandbox import KEEPALIVE
 from orchestrator.sandbox import sandbox_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +57,11 @@ async def test_kept_container_carries_labels_and_limits(
         assert host["NanoCpus"] == 500_000_000
         assert host["Memory"] == 256 * 1024 * 1024
         assert host["PidsLimit"] == 64
-        # PID 1 is the runtime's quiet reaper, not Docker's init (which forwards signals).
-        assert container.attrs["Config"]["Entrypoint"][0] == RUNTIME_PYTHON
-        assert host["NetworkMode"] == "none"
+        # The image's ENTRYPOINT (none here) is kept; the command is the quiet sh reaper,
+        # not Docker's init (which forwards signals).
+        assert container.attrs["Config"]["Entrypoint"] is None
+        assert container.attrs["Config"]["Cmd"] == ["sh", "-c", KEEPALIVE]
+        assert host["NetworkMode"] == "bridge"  # no network key: a network, as in Harbor
         assert "no-new-privileges" in host["SecurityOpt"]
         assert container.status == "running"
     finally:

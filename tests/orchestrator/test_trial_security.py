@@ -1,5 +1,5 @@
 """What an agent must not be able to do: fake its reward, find the label, leak secrets,
-exhaust the host's memory, or reach the network by default."""
+or exhaust the host's memory."""
 
 from __future__ import annotations
 
@@ -102,28 +102,6 @@ async def test_credentials_are_scrubbed_everywhere(make_task, config: TrialConfi
     staged = read_model(trial_dir / "logs/agent/container_input.json", ContainerInput)
     assert staged.credentials_ref == "MY_API_KEY"
     assert secret not in repr(config)
-
-
-async def test_no_network_by_default(config: TrialConfig, make_task) -> None:
-    probe = (
-        "import socket\n"
-        "s = socket.socket()\n"
-        "s.settimeout(3)\n"
-        "try:\n"
-        "    s.connect(('1.1.1.1', 53)); r = 0\n"
-        "except OSError:\n"
-        "    r = 1\n"
-        "open('/logs/verifier/reward.txt', 'w').write(str(r))\n"
-        "names = [n for n in socket.if_nameindex() if n[1] != 'lo']\n"
-        "print('interfaces besides lo:', names)\n"
-    )
-    task = make_task("offline", test_sh="#!/bin/sh\npython3 /tests/probe.py\n")
-    (task / "tests" / "probe.py").write_text(probe)
-    result = await run_trial(task, "nop", config=config)
-
-    assert result.reward == 1.0
-    out = (Path(result.trial_dir) / "logs/verifier/test-stdout.txt").read_text()
-    assert "interfaces besides lo: []" in out
 
 
 async def test_huge_agent_output_keeps_host_memory_flat(tmp_path: Path, docker_ready) -> None:

@@ -328,7 +328,9 @@ async def test_an_agent_running_as_another_user_cannot_write_the_verifier_s_fold
 
     assert result.agent.exit_code == 2
     assert "Permission denied" in collected(result, "agent/stderr.txt")
-    assert (result.status, result.reward) == ("success", 1.0)  # the verifier, as root, wrote it
+    # The verifier, as the image's USER (nobody, as in Harbor), wrote it: /logs/verifier was
+    # handed to it only after the agent ended.
+    assert (result.status, result.reward) == ("success", 1.0)
 
 
 async def test_credentials_reach_the_agent_and_never_a_result_or_a_collected_file(
@@ -447,7 +449,7 @@ async def test_a_failed_build_is_an_infra_error_in_phase_image(tmp_path: Path) -
 async def test_a_network_the_backend_does_not_offer_fails_the_start(tmp_path: Path) -> None:
     task = make_task(tmp_path, task_toml="[environment]\nallow_internet = true\n")
 
-    backend = FakeBackend(QUICK)
+    backend = FakeBackend(QUICK, network_modes=frozenset({"none"}))
     result = await run_trial(task, "nop", config=fake_config(tmp_path), backend=backend)
 
     assert result.error is not None  # the task asks what the backend does not offer

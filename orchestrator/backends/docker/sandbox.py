@@ -34,7 +34,14 @@ from orchestrator.common.errors import (
 )
 from orchestrator.common.limits import Limits
 from orchestrator.common.shielding import RunOnce, ride_out_cancels
-from orchestrator.sandbox import Capabilities, ExecResult, Health, Healthcheck, SandboxSpec
+from orchestrator.sandbox import (
+    Capabilities,
+    ExecResult,
+    Health,
+    Healthcheck,
+    ImageDefaults,
+    SandboxSpec,
+)
 
 
 def _bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
@@ -261,13 +268,16 @@ class DockerSandbox:
 
     # -- from outside ---------------------------------------------------------------------------
 
-    async def image_healthcheck(self) -> Healthcheck | None:
-        """The HEALTHCHECK of the container's image (the container's merged config)."""
+    async def image_defaults(self) -> ImageDefaults:
+        """The USER and HEALTHCHECK of the container's image (its merged config)."""
         attrs = await docker_api.call(
             f"inspect container {self.container_id[:12]}",
             docker_api.docker_client().api.inspect_container, self.container_id,
         )  # fmt: skip
-        return _healthcheck_of((attrs.get("Config") or {}).get("Healthcheck"))
+        config = attrs.get("Config") or {}
+        return ImageDefaults(
+            user=config.get("User") or "", healthcheck=_healthcheck_of(config.get("Healthcheck"))
+        )
 
     async def health(self, *, pids: bool = False) -> Health:
         """The engine's account (events, state, and with `pids` the pid count): no exec."""

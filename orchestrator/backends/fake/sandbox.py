@@ -30,7 +30,14 @@ from orchestrator.common.errors import SandboxError, SandboxNotFoundError
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import RunOnce
-from orchestrator.sandbox import Capabilities, ExecResult, Health, Healthcheck, SandboxSpec
+from orchestrator.sandbox import (
+    Capabilities,
+    ExecResult,
+    Health,
+    Healthcheck,
+    ImageDefaults,
+    SandboxSpec,
+)
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -177,8 +184,8 @@ class FakeSandbox:
 
     # -- from outside ---------------------------------------------------------------------------
 
-    async def image_healthcheck(self) -> Healthcheck | None:
-        return self.healthcheck
+    async def image_defaults(self) -> ImageDefaults:
+        return ImageDefaults(user=self.image.user, healthcheck=self.healthcheck)
 
     async def health(self, *, pids: bool = False) -> Health:
         """The scripted health (`Faults.health`), else a sandbox that is simply there."""
