@@ -30,6 +30,8 @@ LABEL = "/tests/label.json"
 # Where trialbox's own venv lives in a task image, and its interpreter.
 VENV_DIR = "/opt/trialbox/venv"
 RUNTIME_PYTHON = "/opt/trialbox/venv/bin/python"
+# Exits 0 only where the runtime works: what the trial runs before using it.
+RUNTIME_CHECK = RUNTIME_PYTHON + " -I -c 'import container_runtime'"
 
 
 def logs_dir() -> Path:

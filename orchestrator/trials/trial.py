@@ -194,7 +194,7 @@ class Trial:
             mounts=await self._open_model_link(),
         )  # fmt: skip
         self.sandbox = sandbox = await self.backend.create_sandbox(spec)
-        if self._needs_runtime and built.runtime == "unknown":
+        if self._needs_runtime:  # "present" too: the task's own steps may remove python3
             await check_runtime(sandbox, built.tag, self._runtime_user)
         defaults = await sandbox.image_defaults()
         self._image_user = defaults.user

@@ -151,6 +151,7 @@ class FakeBackend(Backend):
             spec, image, capabilities=self._capabilities, limits=self.limits,
             scripts=self.scripts, users=self.users, on_removed=self._removed,
         )  # fmt: skip
+        sandbox.has_runtime = self.runtime != "absent"
         self._present[spec.name] = sandbox
         self.created.append(sandbox)
         return sandbox

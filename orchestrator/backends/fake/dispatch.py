@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
+from container_runtime.paths import RUNTIME_CHECK
 from orchestrator.backends.fake.framework import (
     Launch,
     parse_env_file,
@@ -41,6 +42,8 @@ class Dispatcher:
         state.pid = proc.pid
         if launch is not None:
             return await self._launch(launch, state, proc)
+        if command == RUNTIME_CHECK:  # the runtime "works" unless the image has none
+            return 0 if self.sandbox.has_runtime else 127
         pid_file = parse_probe(command)
         if pid_file is not None:
             return self._answer_probe(pid_file, state)

@@ -63,6 +63,7 @@ class FakeSandbox:
         self.workdir = spec.workdir or image.workdir  # created, as the engine's -w does
         self.files.mkdir(self.workdir, parents=True)
         self.healthcheck: Healthcheck | None = None  # the image's HEALTHCHECK, set by tests
+        self.has_runtime = True  # whether trialbox's Python runtime works in it
         self.processes = ProcessTable()
         self.processes.leaders_ignore_term = self.scripts.faults.leader_ignores_term
         self.shell = Shell(self.files, self.processes.signal)
