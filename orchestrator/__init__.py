@@ -27,8 +27,10 @@ from orchestrator.gateway.settings import ModelConfig, ModelLimits, ModelOverrid
 from orchestrator.sandbox import Backend, Capabilities, ExecResult, Sandbox, SandboxSpec
 from orchestrator.service.abort import abort
 from orchestrator.service.engine import TrialEngine
-from orchestrator.service.job import run_job
+from orchestrator.service.job import resume_job, run_job
+from orchestrator.service.job_record import JobRecord
 from orchestrator.service.prewarm import PrewarmError, PrewarmRow, prewarm
+from orchestrator.service.retries import Backoff
 from orchestrator.service.rollouts import (
     DuplicateRollout,
     EngineClosed,
@@ -59,6 +61,7 @@ __all__ = [
     "AgentOutcome",
     "Backend",
     "BackendConfig",
+    "Backoff",
     "Capabilities",
     "DockerBackendConfig",
     "DuplicateRollout",
@@ -66,6 +69,7 @@ __all__ = [
     "ExecResult",
     "FakeBackendConfig",
     "ImageBuildError",
+    "JobRecord",
     "JobResult",
     "Limits",
     "ModelConfig",
@@ -96,6 +100,7 @@ __all__ = [
     "abort",
     "load_task",
     "prewarm",
+    "resume_job",
     "run_job",
     "run_job_sync",
     "run_trial",

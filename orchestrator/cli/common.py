@@ -141,6 +141,25 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     add_base_image_option(parser)
 
 
+def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+    """What every task's sandbox gets, whatever its task.toml says."""
+    parser.add_argument(
+        "--no-internet",
+        action="store_true",
+        help="give no task a network, whatever its task.toml says (the model gateway works)",
+    )
+    parser.add_argument(
+        "--force-build",
+        action="store_true",
+        help="build each task's environment/Dockerfile even when it names a prebuilt image",
+    )
+    parser.add_argument(
+        "--clip-resources",
+        action="store_true",
+        help="clip a task's cpus and memory to the host's, with a warning, instead of refusing",
+    )
+
+
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """The model agents call through the trial's gateway."""
     group = parser.add_argument_group("model (through each trial's gateway)")

@@ -26,6 +26,7 @@ from orchestrator.cli.common import (
     add_agent_options,
     add_config_options,
     add_model_options,
+    add_sandbox_options,
     add_task_options,
     config_of,
     progress_bar,
@@ -102,21 +103,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="where sandboxes run: docker (default), or fake: in memory, no engine (tasks' "
         "commands run through a tiny shell; for trying trialbox and for tests)",
     )
-    run.add_argument(
-        "--no-internet",
-        action="store_true",
-        help="give no task a network, whatever its task.toml says (the model gateway works)",
-    )
-    run.add_argument(
-        "--force-build",
-        action="store_true",
-        help="build each task's environment/Dockerfile even when it names a prebuilt image",
-    )
-    run.add_argument(
-        "--clip-resources",
-        action="store_true",
-        help="clip a task's cpus and memory to the host's, with a warning, instead of refusing",
-    )
+    add_sandbox_options(run)
     run.add_argument(
         "--label", help="ground-truth label (JSON or a plain string) for the verifier only"
     )

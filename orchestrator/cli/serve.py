@@ -13,6 +13,7 @@ from orchestrator.cli.common import (
     add_agent_options,
     add_config_options,
     add_model_options,
+    add_sandbox_options,
     config_of,
     print_error,
 )
@@ -123,6 +124,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         f"those (repeatable; also ${TENANT_TOKENS_ENV}='p1=t1,p2=t2')",
     )
     add_config_options(parser)
+    add_sandbox_options(parser)
     add_model_options(parser)
     parser.set_defaults(handler=handle)
 

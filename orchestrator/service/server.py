@@ -135,8 +135,9 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if prewarm_tasks:
             rows = await prewarm(
-                prewarm_tasks, base_image_map=engine.config.base_image_map, backend=engine.backend
-            )
+                prewarm_tasks, base_image_map=engine.config.base_image_map,
+                backend=engine.backend, force_build=engine.config.force_build,
+            )  # fmt: skip
             log.info("prewarmed %d image(s)", len(rows))
         yield
         await engine.shutdown(drain_sec)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from datetime import UTC, datetime
@@ -441,10 +442,14 @@ class Trial:
         self._fail(WorkflowError(problem), "agent")
 
     async def _write_result(self) -> None:
+        """Written whole or not at all (a temporary file, then a rename): a job killed while
+        writing it leaves no half a result for `--resume` to misread."""
         await run_blocking(self.trial_dir.mkdir, parents=True, exist_ok=True)
         text = self.scrubber.text(self.result.model_dump_json(indent=2))
-        async with aiofiles.open(self.trial_dir / "result.json", "w", encoding="utf-8") as out:
+        partial = self.trial_dir / f".result.json.{os.getpid()}"
+        async with aiofiles.open(partial, "w", encoding="utf-8") as out:
             await out.write(text)
+        await run_blocking(os.replace, partial, self.trial_dir / "result.json")
 
 
 async def run_trial(
