@@ -175,6 +175,8 @@ def _new_job(settings: RunSettings) -> _Job:
     tasks = tasks_of(settings)
     metadata, task_metadata = _labels(settings, tasks)
     agent = parse_agent(settings.agent)
+    for task in tasks:  # a ${VAR} the host does not set: said once, before any container
+        task.check_env_vars(include_solution=agent.runs_solution)
     config = config_of(settings)
     jobs_dir = config.jobs_dir.resolve()
     if settings.job_name is None:
