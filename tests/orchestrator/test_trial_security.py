@@ -158,11 +158,13 @@ async def test_lingering_non_root_process_cannot_forge_the_reward(
 
     The verifier waits until the forger has tried (and been refused) while it runs, so the
     forgery is attempted for sure, however the two are scheduled. (The root case stays
-    open, see the xfail below: the same container, the same user.)
+    open, see the xfail below: the same container, the same user.) The image's USER is
+    nobody, so, as in Harbor, the verifier runs as root only when the task says so.
     """
     task = make_task(
         "forge-as-nobody",
         dockerfile="FROM python:3.11-slim-bookworm\nUSER nobody\nWORKDIR /tmp\n",
+        task_toml='[verifier]\nuser = "root"\n',
         test_sh=(
             "#!/bin/sh\nrm -f /tmp/refused\n"
             f"{WAIT_FOR % '/tmp/refused'}"

@@ -105,7 +105,7 @@ async def test_tests_dir_is_root_only_and_unreadable_by_the_agent_while_the_veri
         dockerfile="FROM python:3.11-slim-bookworm\nUSER nobody\nWORKDIR /tmp\n",
         solve_sh=PROBER,
         test_sh=VERIFIER,
-        task_toml="[verifier]\ntimeout_sec = 60.0\n",
+        task_toml='[verifier]\ntimeout_sec = 60.0\nuser = "root"\n',  # as in Harbor
     )
 
     result = await run_trial(task, "oracle", config=config)
