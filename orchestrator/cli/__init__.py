@@ -11,7 +11,7 @@ import sys
 
 from rich.console import Console
 
-from orchestrator.cli import prewarm, reap, run, serve
+from orchestrator.cli import export, prewarm, reap, run, serve, view
 from orchestrator.cli.common import print_error
 from orchestrator.common.errors import TrialboxError
 
@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     prewarm.add_parser(commands)
     serve.add_parser(commands)
     reap.add_parser(commands)
+    view.add_parser(commands)
+    export.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,251 @@
+"""Jobs as their folders hold them, also while they run, for the report and the export.
+
+Two writers make job folders. `trialbox run` writes `config.json` at the start, `job.json`
+after every trial and a `result.json` per trial. `trialbox serve` (the engine's job id,
+`serve__<hex>`) writes only the trials' `result.json`. In both, a trial folder without a
+`result.json` is a trial in flight (or one its process died in), and the trials' own
+`result.json` files are the truth: `job.json` is only their summary and may lag a trial
+behind, so it is read for `n_expected` alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import UTC, datetime
+from itertools import pairwise
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.service.job_config import JobConfigFile
+from orchestrator.service.job_resume import RESULT_FILE, chains_of, read_results
+from orchestrator.service.job_store import CONFIG_FILE, JOB_FILE, LOCK_FILE
+from orchestrator.trials.result import TrialResult
+
+# What a job folder holds besides its trials: never taken for a trial in flight.
+_NOT_TRIALS = {CONFIG_FILE, JOB_FILE, LOCK_FILE}
+# A trial folder gets these in its first phase (materialize), long before its result.json.
+_TRIAL_MARKS = ("task", "logs")
+
+JobState = Literal["running", "finished", "stopped", "unknown"]
+
+
+class InFlight(BaseModel):
+    """A trial folder without a result.json: running now, or left by a process that died."""
+
+    trial_id: str
+    trial_dir: Path
+    since: datetime = Field(description="When its folder got its staged input (about its start).")
+
+
+class JobOnDisk(BaseModel):
+    """One job folder as read now: every result, which of them count, and what is running."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    job_id: str
+    job_dir: Path
+    source: Literal["run", "serve"] = Field(
+        description="run: has config.json (trialbox run); serve: results only (trialbox serve)."
+    )
+    config: JobConfigFile | None = None
+    n_expected: int | None = Field(None, description="(task, attempt) pairs, from job.json.")
+    results: list[TrialResult] = Field(
+        default_factory=list, description="Every readable result.json, oldest first."
+    )
+    superseded_by: dict[str, str] = Field(
+        default_factory=dict, description="trial id -> the rerun that replaced it."
+    )
+    in_flight: list[InFlight] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="What could not be read.")
+    locked: bool | None = Field(
+        None, description="A trialbox run holds the folder's lock (None: cannot tell here)."
+    )
+    read_at: datetime
+
+    @property
+    def last_results(self) -> list[TrialResult]:
+        """One result per (task, attempt): the last of each chain, as the aggregates count."""
+        return [r for r in self.results if r.trial_id not in self.superseded_by]
+
+    @property
+    def started_at(self) -> datetime | None:
+        """When the job (or its latest resume) began, else its first trial's start."""
+        starts = [r.started_at for r in self.results] + [t.since for t in self.in_flight]
+        if self.config is not None:
+            starts.append(self.config.created_at)
+        return min(starts) if starts else None
+
+    @property
+    def state(self) -> JobState:
+        """running: a run holds the lock; finished: every pair has a result and none is in
+        flight; stopped: a run job left incomplete (resume it); unknown: a serve folder."""
+        if self.locked:
+            return "running"
+        if self.source == "serve":
+            return "running" if self.in_flight else "unknown"
+        done = len(self.last_results)
+        if not self.in_flight and (self.n_expected is None or done >= self.n_expected):
+            return "finished"
+        return "stopped"
+
+
+class NoJobFound(ValueError):
+    """The path holds no job folder: the message says what one looks like."""
+
+
+def is_job_dir(path: Path) -> bool:
+    """A folder `trialbox run` or `trialbox serve` made: config.json, job.json or a trial."""
+    if not path.is_dir():
+        return False
+    if (path / CONFIG_FILE).is_file() or (path / JOB_FILE).is_file():
+        return True
+    return any(path.glob(f"*/{RESULT_FILE}"))
+
+
+def find_jobs(paths: list[Path]) -> list[Path]:
+    """The job folders named by `paths`: each a job folder, or a folder of them (its jobs
+    sorted by name, which for default ids is their start time)."""
+    found: list[Path] = []
+    for path in paths:
+        path = path.resolve()
+        if is_job_dir(path):
+            found.append(path)
+            continue
+        inside = sorted(p for p in path.iterdir() if is_job_dir(p)) if path.is_dir() else []
+        if not inside:
+            raise NoJobFound(
+                f"{path}: no job here; give a job folder (jobs/<job>/ with config.json, job.json "
+                "or <trial>/result.json) or a folder of them (jobs/)"
+            )
+        found.extend(inside)
+    return list(dict.fromkeys(found))
+
+
+def read_job(job_dir: Path) -> JobOnDisk:
+    """The job folder as it is now; a job still running reads as far as it went."""
+    job_dir = job_dir.resolve()
+    config = _config(job_dir)
+    job_id = config.job_id if config is not None else job_dir.name
+    results, notes = read_results(job_dir, job_id)
+    superseded_by: dict[str, str] = {}
+    for chain in chains_of(results):
+        for older, newer in pairwise(chain.results):
+            superseded_by[older.trial_id] = newer.trial_id
+    ordered = sorted(results, key=lambda r: (r.started_at, r.trial_id))
+    return JobOnDisk(
+        job_id=job_id,
+        job_dir=job_dir,
+        source="run" if config is not None else "serve",
+        config=config,
+        n_expected=_n_expected(job_dir),
+        results=ordered,
+        superseded_by=superseded_by,
+        in_flight=_in_flight(job_dir, {Path(r.trial_dir).name for r in results}),
+        notes=notes,
+        locked=lock_held(job_dir / LOCK_FILE),
+        read_at=datetime.now(UTC),
+    )
+
+
+def fingerprint(job_dir: Path) -> str:
+    """Changes whenever a trial starts or finishes or job.json is rewritten: cheap (stats
+    only), so a page can ask for it every few seconds and rebuild only on a change."""
+    parts: list[str] = []
+    try:
+        entries = sorted(os.scandir(job_dir), key=lambda e: e.name)
+    except OSError:
+        return "gone"
+    for entry in entries:
+        if entry.name in (JOB_FILE, CONFIG_FILE):
+            parts.append(f"{entry.name}:{_mtime_ns(Path(entry.path))}")
+        elif entry.is_dir(follow_symlinks=False):
+            parts.append(f"{entry.name}:{_mtime_ns(Path(entry.path) / RESULT_FILE)}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def may_change(job_dir: Path) -> bool:
+    """Whether the job may still change: a run holds its lock, or a trial folder has no
+    result.json yet (in flight, or left by a process that died). Stats only."""
+    if lock_held(job_dir / LOCK_FILE):
+        return True
+    try:
+        entries = list(os.scandir(job_dir))
+    except OSError:
+        return False
+    return any(
+        entry.is_dir(follow_symlinks=False)
+        and not entry.name.startswith(".")
+        and not os.path.exists(os.path.join(entry.path, RESULT_FILE))
+        and any(os.path.isdir(os.path.join(entry.path, mark)) for mark in _TRIAL_MARKS)
+        for entry in entries
+    )
+
+
+def lock_held(lock_file: Path) -> bool | None:
+    """Whether some process holds the job folder's flock, read from /proc/locks (Linux).
+
+    Reading the kernel's table takes no lock itself, so a viewer can never make a
+    `trialbox run --resume` starting at the same moment fail with "another trialbox run
+    is using this job folder" (probing with flock could). None where it cannot tell.
+    """
+    try:
+        stat = lock_file.stat()
+    except OSError:
+        return False  # no run ever locked this folder (a serve folder), or it is gone
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    wanted = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    return any(
+        " FLOCK " in line and line.split()[5:6] == [wanted]
+        for line in table.splitlines()
+        if "->" not in line  # a waiter, not a holder
+    )
+
+
+def _config(job_dir: Path) -> JobConfigFile | None:
+    try:
+        return JobConfigFile.model_validate_json((job_dir / CONFIG_FILE).read_bytes())
+    except (OSError, ValidationError):
+        return None
+
+
+def _n_expected(job_dir: Path) -> int | None:
+    try:
+        value = json.loads((job_dir / JOB_FILE).read_bytes()).get("n_expected")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _in_flight(job_dir: Path, finished: set[str]) -> list[InFlight]:
+    found = []
+    for entry in sorted(job_dir.iterdir()):
+        if entry.name in _NOT_TRIALS or entry.name in finished or entry.name.startswith("."):
+            continue
+        if entry.is_symlink() or not entry.is_dir() or (entry / RESULT_FILE).exists():
+            continue
+        if not any((entry / mark).is_dir() for mark in _TRIAL_MARKS):
+            continue
+        staged = entry / "logs" / "agent" / "container_input.json"
+        when = _mtime_ns(staged) or _mtime_ns(entry)
+        found.append(
+            InFlight(
+                trial_id=entry.name,
+                trial_dir=entry,
+                since=datetime.fromtimestamp(when / 1e9, UTC),
+            )
+        )
+    return found
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0

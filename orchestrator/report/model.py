@@ -1,0 +1,230 @@
+"""The page model: everything the report shows, as data, built from jobs read off disk.
+
+The renderer turns these models into HTML and does no arithmetic of its own; the export
+and tests read the same models, so what the page says is what the files say.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from orchestrator.report import stats, timeline
+from orchestrator.report.disk import InFlight, JobOnDisk, JobState
+from orchestrator.report.files import DEFAULT_LOG_CAP, LogText, trial_logs
+from orchestrator.report.trajectory import AGENT_TRAJECTORY, TRAJECTORY, TrajectoryView, load, view
+from orchestrator.service.aggregates import counted
+from orchestrator.trials.result import TrialResult
+
+_ERROR_LINE_CAP = 300
+
+
+class TrialRow(BaseModel):
+    """One trial in the table, the timeline and the failure list."""
+
+    trial_id: str
+    task_name: str = ""
+    attempt: int | None = None
+    status: str = Field(description="A TrialStatus, or 'running' for a trial in flight.")
+    category: str | None = None
+    error: str | None = Field(None, description="The error's first line, capped.")
+    reward: float | None = None
+    total_sec: float | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    started_at: datetime | None = None
+    counted: bool = False
+    superseded_by: str | None = None
+    lane: timeline.Lane | None = None
+
+
+class JobPage(BaseModel):
+    """One job: its figures, its trials, its timeline."""
+
+    job_id: str
+    job_dir: str
+    source: str
+    state: JobState
+    agent: str | None = None
+    started_at: datetime | None = None
+    summary: stats.Summary
+    histogram: stats.Histogram
+    rows: list[TrialRow]
+    axis: timeline.Axis
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def failures(self) -> list[TrialRow]:
+        """The trials a reader looks at first: those that failed, and did not get a rerun."""
+        return [r for r in self.rows if r.status == "failure" and r.superseded_by is None]
+
+
+class CompareRow(BaseModel):
+    """One job in the side-by-side comparison."""
+
+    job_id: str
+    agent: str | None
+    state: JobState
+    n_trials: int
+    n_expected: int | None
+    successes: int
+    infra: int
+    mean_reward: float | None
+    mean_reward_with_infra: float | None
+    pass_at_1: float | None
+    wall_seconds: float
+    mean_phase_seconds: dict[str, float]
+
+
+class ReportPage(BaseModel):
+    jobs: list[JobPage]
+    comparison: list[CompareRow] = Field(default_factory=list)
+    generated_at: datetime
+    live: bool = Field(description="Served: the page polls for changes while a job runs.")
+
+    @property
+    def running(self) -> bool:
+        return any(j.state == "running" or j.summary.n_in_flight for j in self.jobs)
+
+
+class TrialDetail(BaseModel):
+    """One trial opened: its result, phases, logs, trajectory."""
+
+    job_id: str
+    row: TrialRow
+    result_json: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    agent: dict[str, object] = Field(default_factory=dict)
+    rewards: dict[str, float] = Field(default_factory=dict)
+    usage: dict[str, int] | None = None
+    model_limit: str | None = None
+    error_message: str | None = None
+    error_phase: str | None = None
+    error_type: str | None = None
+    logs: list[LogText] = Field(default_factory=list)
+    trajectory: TrajectoryView | None = None
+    trajectory_problem: str | None = None
+    other_trajectory: str | None = None
+
+
+def job_page(job: JobOnDisk) -> JobPage:
+    """The job's page: figures over the last attempts, every trial in the table."""
+    last = job.last_results
+    zero = job.started_at or job.read_at
+    lanes = {lane.trial_id: lane for lane in timeline.lanes(job, zero)}
+    scored = {r.trial_id for r in counted(last)}
+    rows = [_row(r, lanes, scored, job.superseded_by.get(r.trial_id)) for r in job.results]
+    rows += [_running_row(t, lanes) for t in job.in_flight]
+    return JobPage(
+        job_id=job.job_id,
+        job_dir=str(job.job_dir),
+        source=job.source,
+        state=job.state,
+        agent=job.config.agent if job.config else (last[0].agent_spec if last else None),
+        started_at=job.started_at,
+        summary=stats.summarize(
+            last, job.results, n_expected=job.n_expected, n_in_flight=len(job.in_flight)
+        ),
+        histogram=stats.histogram(last),
+        rows=rows,
+        axis=timeline.axis(list(lanes.values())),
+        notes=job.notes,
+    )
+
+
+def report_page(jobs: list[JobOnDisk], *, live: bool) -> ReportPage:
+    pages = [job_page(job) for job in jobs]
+    return ReportPage(
+        jobs=pages,
+        comparison=[_compare(p) for p in pages] if len(pages) > 1 else [],
+        generated_at=datetime.now(UTC),
+        live=live,
+    )
+
+
+def trial_detail(job: JobOnDisk, row: TrialRow, *, log_cap: int = DEFAULT_LOG_CAP) -> TrialDetail:
+    """The trial of `row` (a row of `job`'s page) opened: read from its folder now."""
+    result = next((r for r in job.results if r.trial_id == row.trial_id), None)
+    # The folder as found now (the job folder may have been moved or copied since).
+    folder = job.job_dir / ((Path(result.trial_dir).name if result else "") or row.trial_id)
+    doc, problem = load(folder, TRAJECTORY)
+    other = AGENT_TRAJECTORY if (folder / AGENT_TRAJECTORY).is_file() else None
+    detail = TrialDetail(
+        job_id=job.job_id,
+        row=row,
+        logs=trial_logs(folder, log_cap),
+        trajectory=view(doc) if doc is not None else None,
+        trajectory_problem=problem,
+        other_trajectory=other,
+    )
+    if result is not None:
+        detail.result_json = json.dumps(result.model_dump(mode="json"), indent=2)
+        detail.warnings = result.warnings
+        detail.agent = result.agent.model_dump()
+        detail.rewards = result.rewards
+        detail.usage = result.usage.model_dump() if result.usage else None
+        detail.model_limit = result.model_limit
+        if result.error is not None:
+            detail.error_message = result.error.message
+            detail.error_phase = result.error.phase
+            detail.error_type = result.error.type
+    return detail
+
+
+def _row(
+    result: TrialResult,
+    lanes: dict[str, timeline.Lane],
+    scored: set[str],
+    superseded_by: str | None,
+) -> TrialRow:
+    error = None
+    if result.error is not None:
+        first = result.error.message.strip().splitlines()[0] if result.error.message.strip() else ""
+        error = first[:_ERROR_LINE_CAP]
+    return TrialRow(
+        trial_id=result.trial_id,
+        task_name=result.task_name,
+        attempt=result.attempt,
+        status=result.status,
+        category=result.error.category if result.error else None,
+        error=error,
+        reward=result.reward,
+        total_sec=result.timings.total,
+        timings={p: getattr(result.timings, p) for p in stats.PHASES},
+        started_at=result.started_at,
+        counted=result.trial_id in scored,
+        superseded_by=superseded_by,
+        lane=lanes.get(result.trial_id),
+    )
+
+
+def _running_row(trial: InFlight, lanes: dict[str, timeline.Lane]) -> TrialRow:
+    lane = lanes.get(trial.trial_id)
+    return TrialRow(
+        trial_id=trial.trial_id,
+        status="running",
+        started_at=trial.since,
+        total_sec=None if lane is None else lane.end - lane.start,
+        lane=lane,
+    )
+
+
+def _compare(page: JobPage) -> CompareRow:
+    summary = page.summary
+    n = max(1, summary.n_trials + summary.n_superseded)
+    return CompareRow(
+        job_id=page.job_id,
+        agent=page.agent,
+        state=page.state,
+        n_trials=summary.n_trials,
+        n_expected=summary.n_expected,
+        successes=summary.counts_by_status.get("success", 0),
+        infra=summary.counts_by_category.get("infra", 0),
+        mean_reward=summary.mean_reward,
+        mean_reward_with_infra=summary.mean_reward_with_infra,
+        pass_at_1=summary.pass_at_k.get(1),
+        wall_seconds=summary.wall_seconds,
+        mean_phase_seconds={p: s / n for p, s in summary.phase_seconds.items()},
+    )
