@@ -12,7 +12,9 @@ outcome of the others. The network is left as each task.toml asks (no --no-inter
 The base map: $TRIALBOX_TRY_BASE_MAP, comma-separated PATTERN=LOCAL entries (shell-style
 globs, first match wins; a registry host and `library/` are ignored when matching), default
 every ubuntu, debian and python:3 image -> $TRIALBOX_TRY_LOCAL_BASE (default
-trialbox-base/python3:bookworm). `--map PATTERN=LOCAL` entries come before it.
+trialbox-base/python3:bookworm). `--map PATTERN=LOCAL` entries come before it. That base has
+`python3` but neither `python` nor `pip`, which official python images have: tasks whose steps
+call them fail until python images are mapped to a local image that has them.
 
 Prebuilt `docker_image`s (Terminal-Bench 2 names one per task) cannot be pulled here: when
 `trialbox run` offers `--force-build`, it is passed (TRIALBOX_TRY_FORCE_BUILD=auto|yes|no), so
@@ -20,7 +22,8 @@ the task's environment/Dockerfile is built instead, as `harbor run --force-build
 
 Output: a table (task, exit code, status, reward, error category, message, seconds), and in
 the run's folder (under --jobs-dir) every task's `trialbox run` output and summary.json.
-Exit code 0 when every task was run (whatever its outcome), 2 on bad arguments.
+Exit code 0 when every task was run (whatever its outcome), 2 on bad arguments. Needs trialbox
+installed (scripts/setup.sh) and a Docker engine; runs `python -m orchestrator.cli`.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def parse_map(text: str) -> list[tuple[str, str]]:
     for entry in filter(None, (e.strip() for e in text.split(","))):
         pattern, sep, local = entry.partition("=")
         if not sep or not pattern or not local:
-            raise SystemExit(f"error: base map entry {entry!r} is not PATTERN=LOCAL")
+            raise ValueError(f"base map entry {entry!r} is not PATTERN=LOCAL")
         pairs.append((pattern.strip(), local.strip()))
     return pairs
 
@@ -197,6 +200,9 @@ def run_one(task: Path, name: str, args: argparse.Namespace, help_text: str, log
         )
         if not error and row["reward"] is not None and trial.get("rewards"):
             row["message"] = one_line(json.dumps(trial["rewards"]))
+        if row["warnings"]:
+            shown = "; ".join(map(str, row["warnings"]))
+            row["message"] = one_line(f"{row['message']} [warning: {shown}]".lstrip())
     else:
         lines = [ln for ln in err_path.read_text(errors="replace").splitlines()[1:] if ln]
         errors = [ln for ln in lines if ln.startswith("error:")]
@@ -222,7 +228,7 @@ def table(rows: list[dict]) -> str:
             "" if r["reward"] is None else f"{r['reward']:g}",
             r["category"] or "-",
             f"{r['seconds']:.0f}",
-            r["message"] or ("; ".join(map(str, r["warnings"])) if r["warnings"] else ""),
+            r["message"],
         )
         for r in rows
     ]
@@ -252,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     base = os.environ.get("TRIALBOX_TRY_BASE_MAP", DEFAULT_MAP)
-    args.base_map = parse_map(",".join([*args.map, base]))
+    try:
+        args.base_map = parse_map(",".join([*args.map, base]))
+    except ValueError as exc:
+        parser.error(str(exc))
     if not args.tasks.is_dir():
         parser.error(f"{args.tasks}: not a folder")
     tasks = find_tasks(args.tasks.resolve())
