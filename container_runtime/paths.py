@@ -22,6 +22,7 @@ ARTIFACTS_DIR = "/logs/artifacts"
 CONTAINER_INPUT = "/logs/agent/container_input.json"
 CONTAINER_RESULT = "/logs/agent/container_result.json"
 TRAJECTORY = "/logs/agent/trajectory.json"
+WORKFLOW_CONFIG = "/logs/agent/workflow_config.json"
 REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
 TESTS_DIR = "/tests"
@@ -62,6 +63,11 @@ def container_input_path() -> Path:
 def container_result_path() -> Path:
     """The result the runner always writes, even on error."""
     return agent_dir() / "container_result.json"
+
+
+def workflow_config_path() -> Path:
+    """The workflow's own configuration, staged by the host when it gives one."""
+    return agent_dir() / "workflow_config.json"
 
 
 def trajectory_path() -> Path:

@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from contextlib import contextmanager
-from typing import Any, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Union
 
 from container_runtime import paths
 from container_runtime.contract import (
@@ -38,6 +38,32 @@ class Terminated(BaseException):
     A ``BaseException`` like ``KeyboardInterrupt``: a workflow's ``except Exception`` must
     not swallow the relay's request to stop.
     """
+
+
+# A class to run: ``module:Class`` (imported at run time), or a function returning the class
+# (a bundle's entry module binds its classes when it is built, and imports them in one).
+ClassRef = Union[str, Callable[[], type]]
+
+
+def resolve_class(ref: ClassRef, base: type) -> type:
+    """The class ``ref`` names, checked to subclass ``base``."""
+    if isinstance(ref, str):
+        return load_class(ref, base)
+    obj = ref()
+    if not isinstance(obj, type) or not issubclass(obj, base):
+        raise TypeError(f"{obj!r} is not a subclass of {base.__name__}")
+    return obj
+
+
+def read_workflow_config() -> Dict[str, Any]:
+    """The workflow's configuration the host staged (a JSON object), else an empty one."""
+    path = paths.workflow_config_path()
+    if not path.is_file():
+        return {}
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: the workflow config must be a JSON object")
+    return config
 
 
 def load_class(spec: str, base: type) -> type:
@@ -71,14 +97,16 @@ def load_class(spec: str, base: type) -> type:
     return obj
 
 
-def agent_main(workflow_spec: str) -> int:
+def agent_main(workflow_spec: ClassRef) -> int:
     """Run a workflow once; always write the result file. Returns the exit code."""
     started = time.monotonic()
     ctx = None
     try:
         with _sigterm_raises():
-            cls = load_class(workflow_spec, AgentWorkflow)
-            ctx = AgentContext(read_model(paths.container_input_path(), ContainerInput))
+            cls = resolve_class(workflow_spec, AgentWorkflow)
+            ctx = AgentContext(
+                read_model(paths.container_input_path(), ContainerInput), read_workflow_config()
+            )
             output = asyncio.run(cls().run(ctx))
         result = ContainerResult(
             status="success", output=_jsonable(output), duration_sec=_since(started)
@@ -101,15 +129,16 @@ def agent_main(workflow_spec: str) -> int:
     return 0 if result.status == "success" else 1
 
 
-def grade_main(grader_spec: str) -> int:
+def grade_main(grader_spec: ClassRef) -> int:
     """Run a grader; write ``reward.json`` only if it set valid rewards. Returns the exit code."""
     try:
-        cls = load_class(grader_spec, Grader)
+        cls = resolve_class(grader_spec, Grader)
         ctx = GraderContext.load()
         asyncio.run(cls().grade(ctx))
         if not ctx.rewards:
+            named = grader_spec if isinstance(grader_spec, str) else cls.__name__
             print(
-                f"grader {grader_spec} set no reward (call ctx.set_reward); "
+                f"grader {named} set no reward (call ctx.set_reward); "
                 f"{paths.reward_json_path()} was not written",
                 file=sys.stderr,
             )

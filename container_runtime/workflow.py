@@ -19,15 +19,19 @@ from container_runtime.trajectory import load_messages
 
 
 class AgentContext:
-    """What a workflow gets: its input, and a message list it may append to.
+    """What a workflow gets: its input, its own configuration from the host
+    (``workflow_config``), and a message list it may append to.
 
     Messages appended here are saved as the trajectory by the runner when non-empty, even if
     the workflow fails, so a failed run can still be inspected.
     """
 
-    def __init__(self, input: ContainerInput) -> None:
+    def __init__(
+        self, input: ContainerInput, workflow_config: Optional[Dict[str, Any]] = None
+    ) -> None:
         self.input = input
         self.messages: List[Dict[str, Any]] = []
+        self.workflow_config: Dict[str, Any] = {} if workflow_config is None else workflow_config
 
     @property
     def trial_id(self) -> str:
@@ -42,12 +46,42 @@ class AgentContext:
         return self.input.instruction
 
     @property
+    def prompt(self) -> str:
+        """The rollout's prompt; the task's instruction.md when the rollout gave none."""
+        return self.input.instruction
+
+    @property
     def metadata(self) -> Dict[str, Any]:
         return self.input.metadata
 
     @property
     def chat_completions_url(self) -> Optional[str]:
         return self.input.chat_completions_url
+
+    @property
+    def base_url(self) -> Optional[str]:
+        """The model endpoint as OpenAI clients take it (``.../v1``), from
+        ``chat_completions_url``: ``AsyncOpenAI(base_url=ctx.base_url, api_key=ctx.api_key())``."""
+        url = self.input.chat_completions_url
+        if url is None:
+            return None
+        suffix = "/chat/completions"
+        return url[: -len(suffix)] if url.rstrip("/").endswith(suffix) else url
+
+    @property
+    def model(self) -> Optional[str]:
+        """The model name to send, when the trial has a model."""
+        return self.input.model
+
+    @property
+    def sampling(self) -> Dict[str, Any]:
+        """Sampling settings to send with each request (temperature, top_p, max_tokens)."""
+        return self.input.sampling
+
+    @property
+    def credentials_ref(self) -> Optional[str]:
+        """The name of the environment variable that holds the credential."""
+        return self.input.credentials_ref
 
     @property
     def logs_dir(self) -> Path:
@@ -67,13 +101,23 @@ class AgentContext:
             return None
         return os.environ.get(self.input.credentials_ref)
 
+    def api_key(self) -> Optional[str]:
+        """The key for ``base_url``: the model gateway's token (``OPENAI_API_KEY``, worthless
+        anywhere else) when the trial has a model, else the credential the input names."""
+        if self.input.model is not None:
+            return os.environ.get("OPENAI_API_KEY")
+        return self.credential()
+
 
 class AgentWorkflow(abc.ABC):
     """An agent, run once per trial by ``python -m container_runtime agent``."""
 
     @abc.abstractmethod
     async def run(self, ctx: AgentContext) -> Any:
-        """Do the task; the return value (JSON-serialisable) becomes the result's output."""
+        """Do the task; the return value (JSON-serialisable) becomes the result's output.
+
+        Returning nothing is fine: the conversation the model gateway recorded becomes the
+        trial's ``trajectory.json`` on the host all the same."""
 
 
 class GraderContext:
