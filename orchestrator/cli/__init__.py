@@ -11,7 +11,7 @@ import sys
 
 from rich.console import Console
 
-from orchestrator.cli import export, prewarm, reap, run, serve, view
+from orchestrator.cli import bundle, export, prewarm, reap, run, serve, view
 from orchestrator.cli.common import print_error
 from orchestrator.common.errors import TrialboxError
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     reap.add_parser(commands)
     view.add_parser(commands)
     export.add_parser(commands)
+    bundle.add_parser(commands)
     return parser
 
 
