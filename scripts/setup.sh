@@ -7,3 +7,4 @@ cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e ".[dev]"
 bash scripts/ensure-docker.sh
 bash scripts/build-base-image.sh
+bash scripts/ensure-browser.sh

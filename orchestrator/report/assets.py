@@ -107,8 +107,10 @@ a:hover {text-decoration:underline}
 .st {font-weight:600}
 .cat-infra {color:var(--warn); font-weight:600}
 .cat-agent,.cat-verifier,.cat-validation {color:var(--bad); font-weight:600}
-.failures ul {margin:.2em 0; padding-left:1.2em}
-.failures li {margin:.15em 0}
+.failures ul {margin:.2em 0; padding-left:1.2em; max-height:20em; overflow:auto}
+.failures li {margin:.3em 0}
+.failures .which {font-size:12.5px}
+.failures .which a {margin-right:.6em}
 .pair {display:flex; flex-wrap:wrap; gap:2em}
 .pair figure {margin:0; flex:1 1 22em}
 figcaption {font-weight:600; margin:.8em 0 .4em}
@@ -151,7 +153,7 @@ table.mini td {padding:.05em .6em .05em 0}
   display:flex;
   align-items:flex-end;
   gap:4px;
-  height:150px;
+  height:120px;
   border-bottom:1px solid var(--line);
   padding-bottom:1.4em;
   position:relative;
@@ -259,7 +261,7 @@ table.compare td,table.compare th {
   margin-left:.4em;
 }
 .meter i {display:block; height:100%; background:#6366f1}
-.jobnav a {margin-right:1em}
+.scroll-x {overflow-x:auto}
 #drawer {
   position:fixed;
   top:0;

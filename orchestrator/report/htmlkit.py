@@ -10,7 +10,7 @@ import html
 from datetime import datetime
 
 PHASE_LABELS = {
-    "waiting": "waiting for a slot",
+    "waiting": "queued",
     "materialize": "materialize",
     "image": "image",
     "start": "start",

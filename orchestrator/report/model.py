@@ -60,6 +60,25 @@ class JobPage(BaseModel):
         """The trials a reader looks at first: those that failed, and did not get a rerun."""
         return [r for r in self.rows if r.status == "failure" and r.superseded_by is None]
 
+    @property
+    def failure_groups(self) -> list[FailureGroup]:
+        """The failures by what they say (category and first line), most frequent first: a
+        job of hundreds of trials often fails in a few ways, each many times."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for row in self.failures:
+            key = (row.category or "?", row.error or "")
+            groups.setdefault(key, []).append(row.trial_id)
+        found = [FailureGroup(category=c, error=e, trial_ids=ids) for (c, e), ids in groups.items()]
+        return sorted(found, key=lambda g: -len(g.trial_ids))
+
+
+class FailureGroup(BaseModel):
+    """Failed trials that say the same thing."""
+
+    category: str
+    error: str
+    trial_ids: list[str]
+
 
 class CompareRow(BaseModel):
     """One job in the side-by-side comparison."""

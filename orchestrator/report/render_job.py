@@ -37,6 +37,9 @@ _COLUMNS = (
     ("started", "started", False),
     ("error", "error", False),
 )
+_LINKS_PER_GROUP = 6
+# pass@k for these k (those the job has), all of them in the card's tooltip.
+_SHOWN_K = (1, 2, 5, 10)
 _REWARD_FILTERS = (
     ("", "any reward"),
     ("some", "has a reward"),
@@ -99,7 +102,12 @@ def _card(label: str, value: str, hint: str = "") -> str:
 
 
 def _pass(values: dict[int, float]) -> str:
-    return " · ".join(f"@{k} {v:.3f}" for k, v in sorted(values.items())) or "–"
+    shown = {k: v for k, v in values.items() if k in _SHOWN_K or k == max(values)}
+    return " · ".join(f"@{k} {v:.3f}" for k, v in sorted(shown.items())) or "–"
+
+
+def _pass_all(values: dict[int, float]) -> str:
+    return ", ".join(f"pass@{k} {v:.4f}" for k, v in sorted(values.items()))
 
 
 def _cards(page: JobPage) -> str:
@@ -116,8 +124,16 @@ def _cards(page: JobPage) -> str:
             num(s.mean_reward_with_infra),
             f"over {s.n_counted_with_infra} trials",
         ),
-        _card("pass@k", _pass(s.pass_at_k), "unbiased pass@k over the counted trials"),
-        _card("pass@k, infra failures as 0", _pass(s.pass_at_k_with_infra)),
+        _card(
+            "pass@k",
+            _pass(s.pass_at_k),
+            f"unbiased, over the counted trials (0/1 rewards only): {_pass_all(s.pass_at_k)}",
+        ),
+        _card(
+            "pass@k, infra failures as 0",
+            _pass(s.pass_at_k_with_infra),
+            _pass_all(s.pass_at_k_with_infra),
+        ),
         _card("wall time", secs(s.wall_seconds), "first trial's start to the last one's end"),
         _card("trial time", secs(s.trial_seconds), "the trials' totals added up"),
     ]
@@ -146,16 +162,25 @@ def _failures(page: JobPage) -> str:
     if not failed:
         return ""
     items = []
-    for row in failed[:50]:
-        items.append(
-            f'<li><a class="open-trial" href="{trial_href(page.job_id, row.trial_id)}">'
-            f'{esc(row.trial_id)}</a> <span class="cat-{esc(row.category)}">'
-            f"{esc(row.category or '?')}</span> {esc(row.error or '')}</li>"
+    for group in page.failure_groups:
+        links = " ".join(
+            f'<a class="open-trial" href="{trial_href(page.job_id, t)}">{esc(t)}</a>'
+            for t in group.trial_ids[:_LINKS_PER_GROUP]
         )
-    more = f"<li>… and {len(failed) - 50} more: filter the table</li>" if len(failed) > 50 else ""
+        more = len(group.trial_ids) - _LINKS_PER_GROUP
+        if more > 0:
+            links += (
+                f' <button class="chip" data-filter="text" data-value="{esc(group.error)}">'
+                f"{more} more</button>"
+            )
+        items.append(
+            f'<li><b>{len(group.trial_ids)} ×</b> <span class="cat-{esc(group.category)}">'
+            f'{esc(group.category)}</span> <span class="why">{esc(group.error)}</span>'
+            f'<div class="which">{links}</div></li>'
+        )
     return (
-        f'<div class="failures"><h3>Failed trials ({len(failed)})</h3>'
-        f"<ul>{''.join(items)}{more}</ul></div>"
+        f'<div class="failures"><h3>Failed trials ({len(failed)}), by what they say</h3>'
+        f"<ul>{''.join(items)}</ul></div>"
     )
 
 

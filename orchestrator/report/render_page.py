@@ -108,6 +108,6 @@ def _comparison(rows: list[CompareRow]) -> str:
     body = "".join(_compare_row(r, top_reward, top_seconds) for r in rows)
     return (
         '<section class="comparison"><h2>Jobs side by side</h2>'
-        f'<table class="compare"><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>'
-        "</section>"
+        f'<div class="scroll-x"><table class="compare"><thead><tr>{header}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div></section>"
     )

@@ -37,11 +37,27 @@ async def test_the_figures_are_the_jobs_own_and_infra_failures_are_shown_both_wa
     assert s.pass_at_k_with_infra == {1: 0.5}
     failed = {t.trial_id for t in job.trials if t.status == "failure"}
     assert len(failed) == 2 and {r.trial_id for r in page.failures} == failed
+
     assert s.phase_seconds == {p: sum(getattr(t.timings, p) for t in job.trials) for p in PHASES}
     assert page.histogram.model_dump() == {
         "bins": [{"label": "0", "count": 0}, {"label": "1", "count": 2}],
         "no_reward": 1,
     }
+
+
+async def test_failures_are_grouped_by_what_they_say_most_frequent_first(
+    tmp_path: Path,
+) -> None:
+    backend = FlakyBackend(lambda trial_id: trial_id.startswith("pass-0"))
+    job = await fake_job(tmp_path, passing=1, failing=3, backend=backend)
+
+    groups = job_page(read_job(Path(job.job_dir))).failure_groups
+
+    assert [(g.category, len(g.trial_ids)) for g in groups] == [("validation", 3), ("infra", 1)]
+    assert groups[0].error.endswith("the verifier wrote neither reward.json nor reward.txt")
+    assert sorted(groups[0].trial_ids) == sorted(
+        t.trial_id for t in job.trials if t.task_name.startswith("fail-")
+    )
 
 
 async def test_a_lane_shows_each_phase_in_order_from_the_trials_start(tmp_path: Path) -> None:
