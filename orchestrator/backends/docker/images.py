@@ -37,7 +37,9 @@ from orchestrator.backends.docker.dockerfile import (
 from orchestrator.backends.docker.venv_layer import (
     CONTEXT_DIR,
     ImagePython,
+    VenvExtra,
     copy_block,
+    extra_context,
     probe_blocking,
     venv_files,
 )
@@ -572,14 +574,47 @@ class ImageBuilder:
         (`force_build` is then the plan's).
         """
         plan = plan or await self.plan(task, base_image_map or {}, force_build=force_build)
+        outcome = await self._ensure_planned(plan, task.name)
+        extra: VenvExtra | None = getattr(task, "venv_extra", None)  # a bundle's task has one
+        if extra is None:
+            return outcome
+        return await self._with_venv_extra(plan, outcome, extra, task.name)
+
+    async def _ensure_planned(self, plan: BuildPlan, task_name: str) -> ImageOutcome:
         started = time.monotonic()
         inflight = self._inflight.get(asyncio.get_running_loop(), {})
         joined = plan.tag in inflight
-        build = self._single_flight(plan.tag, lambda: self._build(plan, task.name))
+        build = self._single_flight(plan.tag, lambda: self._build(plan, task_name))
         outcome = await asyncio.shield(build)
         if not joined:
             return outcome  # type: ignore[return-value]
         return self._outcome(plan, "cached", started)
+
+    async def _with_venv_extra(
+        self, plan: BuildPlan, base: ImageOutcome, extra: VenvExtra, task_name: str
+    ) -> ImageOutcome:
+        """The task's image plus packages in its runtime venv: an image FROM it, tagged by a
+        hash of its tag and of the packages' files. Trials whose packages are the same share
+        it; a change of an agent's own code (never part of it) builds nothing. Without a venv
+        (`absent`, or a general layer that skipped it) the task's image is returned as is:
+        the trial refuses what needs the runtime."""
+        python = plan.python
+        if python is None and base.runtime != "absent":
+            image_id = await self._local_id(base.tag)
+            python = None if image_id is None else (await self._probe(image_id, base.tag))[0]
+        if python is None or not python.usable:
+            return base
+        files = await run_blocking(extra.site_files, python, await self._arch())
+        tag, context = await run_blocking(
+            _with_tag, TASK_REPO, extra_context(base.tag, python, files)
+        )
+        derived = BuildPlan(
+            tag=tag, timeout_sec=plan.timeout_sec, context=context, python=python,
+            runtime=base.runtime, warnings=tuple(base.warnings),
+        )  # fmt: skip
+        added = await self._ensure_planned(derived, task_name)
+        status = "built" if "built" in (base.status, added.status) else "cached"
+        return added.model_copy(update={"status": status, "seconds": base.seconds + added.seconds})
 
 
 _default_builder: ImageBuilder | None = None

@@ -20,6 +20,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
 import docker.errors
 
@@ -29,6 +30,7 @@ from orchestrator.backends.docker.dockerfile import MIN_PYTHON
 from orchestrator.backends.docker.wheelhouse import cache_dir, ensure_wheelhouse, runtime_wheel
 
 CONTEXT_DIR = "trialbox-venv"
+EXTRA_DIR = "trialbox-venv-extra"
 PROBE_TIMEOUT_SEC = 60  # the probe runs `python3 -c print`: seconds at most
 LINK_MODE = stat.S_IFLNK | 0o777  # a context entry with this mode is a symlink to its bytes
 _PROBE = (
@@ -111,21 +113,32 @@ def _probe_blocking(image: str) -> ImagePython | None:
     return ImagePython(path=lines[0], version=lines[1])
 
 
+def runtime_site(minor: str, arch: str) -> Path:
+    """The host folder holding container_runtime and its dependencies installed for CPython
+    `minor` (made once, then kept): what the venv's site-packages holds. A bundle's
+    dependencies are resolved against the versions found here, so both agree."""
+    home = ensure_wheelhouse(arch)
+    name, wheel = runtime_wheel()
+    target = cache_dir() / f"site-{arch}-cp{minor}-{_wheel_key(wheel)}"
+    if not (target / ".complete").exists():
+        _install(home, name, wheel, minor, arch, target)
+    return target
+
+
+def read_files(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every regular file under `root` as build-context entries (relative path: bytes, mode)."""
+    files: dict[str, tuple[bytes, int]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name != ".complete":
+            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            files[path.relative_to(root).as_posix()] = (path.read_bytes(), mode)
+    return files
+
+
 @functools.cache
 def _site_packages(minor: str, arch: str) -> dict[str, tuple[bytes, int]]:
     """container_runtime and its dependencies for CPython `minor`, installed on the host."""
-    home = ensure_wheelhouse(arch)
-    name, wheel = runtime_wheel()
-    key = f"site-{arch}-cp{minor}-{_wheel_key(wheel)}"
-    target = cache_dir() / key
-    if not (target / ".complete").exists():
-        _install(home, name, wheel, minor, arch, target)
-    files: dict[str, tuple[bytes, int]] = {}
-    for path in sorted(target.rglob("*")):
-        if path.is_file() and path.name != ".complete":
-            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-            files[path.relative_to(target).as_posix()] = (path.read_bytes(), mode)
-    return files
+    return read_files(runtime_site(minor, arch))
 
 
 def _wheel_key(wheel: bytes) -> str:
@@ -184,3 +197,26 @@ def copy_block() -> str:
         "\n# --- trialbox runtime layer (appended by trialbox) ---\n"
         f"COPY {CONTEXT_DIR} {VENV_DIR}\n"
     )
+
+
+class VenvExtra(Protocol):
+    """Packages added to the runtime venv of a task's image, made on the host for the image's
+    own CPython (a bundle's dependencies: `orchestrator/bundles/image.py`). A task that
+    carries one as `venv_extra` gets an image of its own, FROM the task's image."""
+
+    def site_files(self, python: ImagePython, arch: str) -> dict[str, tuple[bytes, int]]:
+        """The files to add, by path relative to the venv's site-packages."""
+        ...
+
+
+def extra_context(
+    base: str, python: ImagePython, files: dict[str, tuple[bytes, int]]
+) -> dict[str, tuple[bytes, int]]:
+    """The build context of `base` with `files` added to its venv's site-packages: one COPY
+    (root's, whatever USER is), so the image's tag is a hash of `base`'s and of the files."""
+    context = {f"{EXTRA_DIR}/{name}": entry for name, entry in files.items()}
+    site = f"{VENV_DIR}/lib/python{python.minor}/site-packages/"
+    dockerfile = f"FROM {base}\n# --- added to trialbox's runtime venv ---\n"
+    dockerfile += f"COPY {EXTRA_DIR} {site}\n"
+    context["Dockerfile"] = (dockerfile.encode(), 0o644)
+    return context
