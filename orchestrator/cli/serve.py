@@ -20,6 +20,7 @@ from orchestrator.cli.common import (
 from orchestrator.service.engine import DEFAULT_RETENTION_SEC
 from orchestrator.service.rollouts import MAX_BODY_BYTES, MAX_METADATA_BYTES
 from orchestrator.tasks.task import discover_tasks
+from orchestrator.trials.bundle_agent import BundleAgent
 
 TOKEN_ENV = "TRIALBOX_ADMIN_TOKEN"
 TENANT_TOKENS_ENV = "TRIALBOX_TENANT_TOKENS"
@@ -58,6 +59,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     add_agent_options(parser, what="the default agent")
+    parser.add_argument(
+        "--bundle",
+        metavar="WHEEL_OR_PROJECT",
+        help="the default agent is this workflow bundle (a project folder is built first): "
+        "rollouts run its workflow, and tasks without tests/ are scored by its grader",
+    )
+    parser.add_argument(
+        "--workflow-config",
+        type=Path,
+        metavar="FILE",
+        help="with --bundle: a JSON object every rollout's workflow gets as workflow_config",
+    )
     parser.add_argument(
         "--allow-agent",
         action="append",
@@ -129,6 +142,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
+def bundle_agent(args: argparse.Namespace) -> BundleAgent:
+    """The agent of `--bundle` (built now when a project: never on the server's loop)."""
+    if args.agent != "oracle":
+        raise ValueError("--bundle is the default agent: give it or --agent, not both")
+    return BundleAgent.load(args.bundle, config_file=args.workflow_config)
+
+
 def handle(args: argparse.Namespace, console: Console) -> int:
     try:
         import uvicorn
@@ -145,20 +165,26 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.max_body_bytes < 1 or args.max_metadata_bytes < 1:
         print_error(console, "--max-body-bytes and --max-metadata-bytes must be at least 1")
         return 1
+    if args.workflow_config is not None and args.bundle is None:
+        print_error(console, "--workflow-config configures a --bundle; give one")
+        return 1
     try:
         tenants = tenant_tokens(os.environ.get(TENANT_TOKENS_ENV), args.tenant_token)
     except ValueError as exc:
         print_error(console, str(exc))
         return 1
+    bundle = None if args.bundle is None else bundle_agent(args)
     engine = TrialEngine(
         n_concurrent=args.n_concurrent, max_queue_depth=args.max_queue_depth,
-        config=config_of(args), agent=args.agent, task=args.task, tasks_dir=args.tasks_dir,
-        retention_sec=args.retention_sec,
+        config=config_of(args), agent=args.agent if bundle is None else bundle.spec,
+        task=args.task, tasks_dir=args.tasks_dir, retention_sec=args.retention_sec,
     )  # fmt: skip
     prewarm_tasks = []
     if args.prewarm:
         source = args.task or args.tasks_dir
         prewarm_tasks = discover_tasks(source) if source else []
+        if bundle is not None:  # the images with the bundle's dependencies, as it runs them
+            prewarm_tasks = [bundle.for_task(task) for task in prewarm_tasks]
     try:
         app = create_app(
             engine,

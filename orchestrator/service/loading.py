@@ -42,6 +42,6 @@ class Loader:
             self._tasks[path] = task
         spec = request.agent or self.default_agent
         agent = self._agents.get(spec)
-        if agent is None:
-            agent = self._agents[spec] = parse_agent(spec)
+        if agent is None:  # off the loop: a bundle:<project> spec builds the project
+            agent = self._agents[spec] = await run_blocking(parse_agent, spec)
         return task, agent

@@ -63,6 +63,11 @@ class Task(BaseModel):
     path: Path = Field(description="Absolute path of the task folder.")
     config: TaskConfig
     instruction: str = Field(description="The text of instruction.md.")
+    has_tests: bool = Field(
+        True,
+        description="The task has tests/test.sh. A task without tests/ runs only with an "
+        "agent that brings its verifier (a bundle with a grader: docs/bundles.md).",
+    )
 
     @property
     def environment_dir(self) -> Path:
@@ -208,7 +213,8 @@ def load_task(path: str | Path) -> Task:
         raise TaskError(
             f"{root / 'instruction.md'}: missing; a task needs an instruction for the agent"
         )
-    if regular_file(root, "tests/test.sh") is None:
+    has_tests = regular_file(root, "tests/test.sh") is not None
+    if not has_tests and os.path.lexists(root / "tests"):  # no tests/ at all: a grader's task
         raise TaskError(
             f"{root / 'tests' / 'test.sh'}: missing; the verifier entrypoint is required"
         )
@@ -229,6 +235,7 @@ def load_task(path: str | Path) -> Task:
         path=root,
         config=config,
         instruction=read_text_file(instruction_file, root / "instruction.md"),
+        has_tests=has_tests,
     )
 
 

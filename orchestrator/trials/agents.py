@@ -1,4 +1,5 @@
-"""The agents a trial can run: `oracle`, `nop`, `shell`, `command:<shell>`, `workflow:<mod:Class>`.
+"""The agents a trial can run: `oracle`, `nop`, `shell`, `command:<shell>`, `workflow:<mod:Class>`
+(and `bundle:<wheel or project>`, in `bundle_agent.py`).
 
 An agent is what to put into the sandbox before it starts (`prepare`), the shell command
 that is its process (`command`), and, for agents that report on their own work, what went
@@ -20,6 +21,7 @@ from orchestrator.common.archive import tar_of_dir
 from orchestrator.common.errors import AgentSpecError, TaskError
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Sandbox
+from orchestrator.tasks.task import Task
 from orchestrator.trials.context import TrialContext
 from orchestrator.trials.materialize import Materialized
 
@@ -42,6 +44,18 @@ class Agent(ABC):
     @abstractmethod
     def command(self) -> str:
         """The shell command that is the agent's process."""
+
+    def for_task(self, task: Task) -> Task:
+        """The task as this agent runs it, checked before anything starts: as it is, scored
+        by its own tests/test.sh. An agent that brings its verifier or its image's packages
+        (a bundle) returns the task that says so."""
+        if not task.has_tests:
+            raise TaskError(
+                f"{task.tests_dir / 'test.sh'}: missing; the verifier entrypoint is required "
+                "(a task without tests/ runs only with a bundle that has a grader: "
+                "--agent bundle:WHEEL_OR_PROJECT)"
+            )
+        return task
 
     def task_env(self, context: TrialContext) -> dict[str, str]:
         """Variables the task declares for this agent, beyond [environment.env] (which every
@@ -174,7 +188,11 @@ def parse_agent(spec: str) -> Agent:
         return CommandAgent(spec, rest)
     if kind == "workflow":
         return WorkflowAgent(spec, rest)
+    if kind == "bundle":
+        from orchestrator.trials.bundle_agent import BundleAgent  # it builds on this module
+
+        return BundleAgent.from_spec(spec, rest)
     raise AgentSpecError(
-        f"--agent {spec!r}: unknown agent; use oracle, nop, shell, command:<shell command> or "
-        "workflow:<module>:<Class>"
+        f"--agent {spec!r}: unknown agent; use oracle, nop, shell, command:<shell command>, "
+        "workflow:<module>:<Class> or bundle:<wheel or project>"
     )

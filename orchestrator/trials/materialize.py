@@ -113,6 +113,7 @@ def materialize(
 
     visible, label = split_label(metadata)
     if label is not None:
+        (task_dir / "tests").mkdir(exist_ok=True)  # a task without tests/ (a bundle's grader)
         (task_dir / "tests" / "label.json").write_text(json.dumps(label), encoding="utf-8")
     container_input = ContainerInput(
         trial_id=trial_id,

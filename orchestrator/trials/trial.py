@@ -356,6 +356,7 @@ class Trial:
         staged: Materialized | None = None
         try:
             with self._timed("materialize"):
+                self.task = self.agent.for_task(self.task)
                 self.context = self._plan_context()
                 staged = await self._materialize()
                 self.result.task_checksum = staged.checksum

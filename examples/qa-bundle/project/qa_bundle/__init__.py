@@ -1,0 +1,1 @@
+"""An example rollout project: `trialbox bundle build examples/qa-bundle/project`."""

@@ -1,0 +1,129 @@
+"""Bundles in real containers with no network: the example project (the real `openai` client
+from PyPI, through the model gateway to the stand-in), a code-only change that builds no image,
+and a dependency with no wheel for the image's Python, refused before any container."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator import ModelConfig, TrialConfig, run_trial
+from orchestrator.bundles import build_bundle, inspect_bundle
+from orchestrator.trials.bundle_agent import BundleAgent
+from tests.conftest import EXAMPLES, MakeTask
+from tests.support.standin import Reply, StandIn
+
+pytestmark = pytest.mark.docker
+
+EXAMPLE = EXAMPLES / "qa-bundle"
+UPSTREAM_KEY = "sk-upstream-bundle-5c1e9a7f3b"
+
+
+def offline(config: TrialConfig) -> TrialConfig:
+    return config.model_copy(update={"no_internet": True})
+
+
+def images_of(client: docker.DockerClient) -> set[str]:
+    return {image.id for image in client.images.list(name="trialbox-env")}
+
+
+async def test_the_example_bundle_answers_through_openai_offline_and_its_grader_scores(
+    config: TrialConfig, tmp_path: Path
+) -> None:
+    wheel = build_bundle(EXAMPLE / "project", cache=tmp_path / "bundles")
+    assert "openai>=1.0" in inspect_bundle(wheel).requirements
+    agent = BundleAgent.load(wheel, config_file=EXAMPLE / "config.json")
+    async with StandIn(Reply(content="Paris")) as upstream:
+        model = ModelConfig(name="policy", base_url=upstream.base_url, api_key=UPSTREAM_KEY)
+        result = await run_trial(
+            EXAMPLE / "task", agent, metadata={"label": "Paris"},
+            config=offline(config).model_copy(update={"model": model}),
+        )  # fmt: skip
+    assert (result.status, result.reward, result.error) == ("success", 1.0, None)
+    (request,) = upstream.chat_requests()
+    system, user = request.body["messages"]
+    assert system["content"] == "Answer with the city's name only."  # config.json, from the host
+    assert user["content"] == (EXAMPLE / "task" / "instruction.md").read_text()
+    assert request.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"  # added by the gateway
+    trial = Path(result.trial_dir)
+    generated = (trial / "task" / "tests" / "test.sh").read_text()
+    assert "/opt/trialbox/bundle/bin/qa-bundle-grade" in generated  # the task has no tests/
+    output = json.loads((trial / "logs" / "agent" / "container_result.json").read_text())
+    assert output["output"] == {"answer": "Paris"}
+    assert json.loads((trial / "logs" / "agent" / "trajectory.json").read_text())["steps"]
+
+
+PROJECT = {
+    "pyproject.toml": (
+        '[project]\nname = "echo-bundle"\nversion = "0.1.0"\ndependencies = ["six>=1.16"]\n'
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
+        '[tool.trialbox]\nworkflow = "echo_bundle.flow:Echo"\n'
+    ),
+    "echo_bundle/__init__.py": "",
+    "echo_bundle/flow.py": (
+        "from pathlib import Path\n\nimport six\n\n"
+        "from container_runtime import AgentWorkflow\n\n\n"
+        "class Echo(AgentWorkflow):\n"
+        "    async def run(self, ctx):\n"
+        '        Path("/app/answer.txt").write_text(six.text_type("VERSION"))\n'
+    ),  # returns nothing: fine
+}
+# The task's own verifier (the bundle has no grader): the answer must be the label.
+OWN_TEST = (
+    '#!/bin/sh\nif [ "$(cat /app/answer.txt)" = "$(tr -d \'"\' < /tests/label.json)" ]; '
+    "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+)
+
+
+def write_project(root: Path, version: str) -> Path:
+    for name, text in PROJECT.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.replace("VERSION", version))
+    return root
+
+
+async def test_a_code_only_change_runs_again_without_building_an_image(
+    config: TrialConfig, make_task: MakeTask, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    task = make_task("echo", test_sh=OWN_TEST)
+    project = write_project(tmp_path / "project", "v1")
+    first_wheel = build_bundle(project, cache=tmp_path / "bundles")
+    assert build_bundle(project, cache=tmp_path / "bundles") == first_wheel  # not built again
+    first = await run_trial(
+        task, BundleAgent.load(first_wheel), config=offline(config), metadata={"label": "v1"}
+    )
+    assert (first.status, first.reward, first.error) == ("success", 1.0, None)
+    images = images_of(docker_client)
+
+    write_project(project, "v2")
+    second_wheel = build_bundle(project, cache=tmp_path / "bundles")
+    assert second_wheel != first_wheel
+    second = await run_trial(
+        task, BundleAgent.load(second_wheel), config=offline(config), metadata={"label": "v2"}
+    )
+    assert (second.status, second.reward, second.error) == ("success", 1.0, None)  # v2 ran
+    assert second.image_tag == first.image_tag
+    assert images_of(docker_client) == images  # no image was built for it
+    assert second.timings.image < first.timings.image
+
+
+async def test_a_dependency_without_a_wheel_for_the_images_python_fails_before_any_container(
+    config: TrialConfig, make_task: MakeTask, tmp_path: Path, container_watch
+) -> None:
+    project = write_project(tmp_path / "project", "v1")
+    pyproject = project / "pyproject.toml"
+    # PyYAML 5.4.1 has Linux wheels for CPython 3.6 to 3.9 only; the image has 3.11.
+    pyproject.write_text(pyproject.read_text().replace('"six>=1.16"', '"six", "pyyaml==5.4.1"'))
+    agent = BundleAgent.load(build_bundle(project, cache=tmp_path / "bundles"))
+    task = make_task("echo", test_sh=OWN_TEST)
+    result = await run_trial(task, agent, config=config, job_id=container_watch.job_id)
+    assert result.status == "failure"
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("validation", "image")
+    assert "pyyaml==5.4.1" in result.error.message
+    assert "CPython 3.11" in result.error.message
+    assert container_watch.created() == []
