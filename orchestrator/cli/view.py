@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import signal
 from pathlib import Path
+from types import FrameType
 
 from rich.console import Console
 
@@ -85,8 +87,15 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         if args.host != DEFAULT_HOST:
             console.print(f"[yellow]bound to {args.host}: anyone who reaches it reads the logs[/]")
         console.print(f"the report is at {server.url} (Ctrl-C stops)", soft_wrap=True)
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop, too
         try:
             server.serve_forever()
         except KeyboardInterrupt:
             console.print("stopped")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

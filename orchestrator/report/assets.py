@@ -110,6 +110,7 @@ a:hover {text-decoration:underline}
 .failures ul {margin:.2em 0; padding-left:1.2em; max-height:20em; overflow:auto}
 .failures li {margin:.3em 0}
 .failures .which {font-size:12.5px}
+.cat-scored {color:var(--warn); font-weight:600}
 .failures .which a {margin-right:.6em}
 .pair {display:flex; flex-wrap:wrap; gap:2em}
 .pair figure {margin:0; flex:1 1 22em}

@@ -61,6 +61,18 @@ class JobPage(BaseModel):
         return [r for r in self.rows if r.status == "failure" and r.superseded_by is None]
 
     @property
+    def scored_zero(self) -> list[TrialRow]:
+        """Trials the verifier scored 0 or less: no error, but the agent did not succeed."""
+        return [
+            r
+            for r in self.rows
+            if r.status == "success"
+            and r.reward is not None
+            and r.reward <= 0
+            and r.superseded_by is None
+        ]
+
+    @property
     def failure_groups(self) -> list[FailureGroup]:
         """The failures by what they say (category and first line), most frequent first: a
         job of hundreds of trials often fails in a few ways, each many times."""

@@ -157,29 +157,43 @@ def _cards(page: JobPage) -> str:
     return f'<div class="cards">{"".join(cards)}</div><div class="chips">{"".join(chips)}</div>'
 
 
+def _trial_links(page: JobPage, trial_ids: list[str], filter_text: str) -> str:
+    links = " ".join(
+        f'<a class="open-trial" href="{trial_href(page.job_id, t)}">{esc(t)}</a>'
+        for t in trial_ids[:_LINKS_PER_GROUP]
+    )
+    more = len(trial_ids) - _LINKS_PER_GROUP
+    if more > 0 and filter_text:
+        links += (
+            f' <button class="chip" data-filter="text" data-value="{esc(filter_text)}">'
+            f"{more} more</button>"
+        )
+    elif more > 0:
+        links += f" … {more} more"
+    return f'<div class="which">{links}</div>'
+
+
 def _failures(page: JobPage) -> str:
-    failed = page.failures
-    if not failed:
+    """Failed trials grouped by their error, then the trials the verifier scored 0: the two
+    kinds of "why did it not pass", each one click from its answer."""
+    failed, zero = page.failures, page.scored_zero
+    if not failed and not zero:
         return ""
-    items = []
-    for group in page.failure_groups:
-        links = " ".join(
-            f'<a class="open-trial" href="{trial_href(page.job_id, t)}">{esc(t)}</a>'
-            for t in group.trial_ids[:_LINKS_PER_GROUP]
-        )
-        more = len(group.trial_ids) - _LINKS_PER_GROUP
-        if more > 0:
-            links += (
-                f' <button class="chip" data-filter="text" data-value="{esc(group.error)}">'
-                f"{more} more</button>"
-            )
+    items = [
+        f'<li><b>{len(group.trial_ids)} ×</b> <span class="cat-{esc(group.category)}">'
+        f'{esc(group.category)}</span> <span class="why">{esc(group.error)}</span>'
+        f"{_trial_links(page, group.trial_ids, group.error)}</li>"
+        for group in page.failure_groups
+    ]
+    if zero:
         items.append(
-            f'<li><b>{len(group.trial_ids)} ×</b> <span class="cat-{esc(group.category)}">'
-            f'{esc(group.category)}</span> <span class="why">{esc(group.error)}</span>'
-            f'<div class="which">{links}</div></li>'
+            f'<li><b>{len(zero)} ×</b> <span class="cat-scored">reward 0</span> '
+            '<span class="why">no error: the verifier scored it 0 (its output says why)</span>'
+            f"{_trial_links(page, [r.trial_id for r in zero], '')}</li>"
         )
+    counts = [f"{n} {what}" for n, what in ((len(failed), "failed"), (len(zero), "scored 0")) if n]
     return (
-        f'<div class="failures"><h3>Failed trials ({len(failed)}), by what they say</h3>'
+        f'<div class="failures"><h3>Trials that did not pass: {", ".join(counts)}</h3>'
         f"<ul>{''.join(items)}</ul></div>"
     )
 

@@ -40,6 +40,11 @@ def _error(detail: TrialDetail) -> str:
     if row.status == "running":
         return '<div class="box info">This trial is still running (or its process died).</div>'
     if detail.error_message is None:
+        if row.status == "success" and row.reward is not None and row.reward <= 0:
+            return (
+                '<div class="box warn"><h3>Scored 0</h3><p>No error: the agent ran and the '
+                "verifier scored it 0. Its output (logs/verifier/ below) says why.</p></div>"
+            )
         return ""
     message = detail.error_message
     if len(message) > _MESSAGE_CAP:

@@ -57,7 +57,10 @@ async def test_view_on_a_port_in_use_says_so(
     assert f"port {port} is in use: give another with --port" in capsys.readouterr().out
 
 
-def test_view_serves_until_ctrl_c_and_leaves_nothing_running(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_view_serves_until_stopped_and_leaves_nothing_running(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
     job = asyncio.run(fake_job(tmp_path, passing=1, failing=0))
     process = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "view", str(tmp_path / "jobs"), "--port", "0"],
@@ -71,7 +74,7 @@ def test_view_serves_until_ctrl_c_and_leaves_nothing_running(tmp_path: Path) -> 
         assert found, line
         with urllib.request.urlopen(found.group(1), timeout=10) as answer:
             assert job.trials[0].trial_id in answer.read().decode()
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         assert process.wait(timeout=10) == 0
     finally:
         if process.poll() is None:

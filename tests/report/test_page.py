@@ -13,9 +13,18 @@ from orchestrator.report.build import read_jobs, report_html
 from orchestrator.report.disk import read_job
 from orchestrator.report.model import job_page, report_page, trial_detail
 from orchestrator.report.stats import PHASES
+from orchestrator.service.job import run_job
 from orchestrator.service.retries import Backoff
+from tests.conftest import write_task
 from tests.jobs.helpers import FlakyBackend
-from tests.report.helpers import PAYLOAD, fake_job, trial_of, write_trajectory
+from tests.report.helpers import (
+    PAYLOAD,
+    SOLVE,
+    fake_config,
+    fake_job,
+    trial_of,
+    write_trajectory,
+)
 
 
 async def test_the_figures_are_the_jobs_own_and_infra_failures_are_shown_both_ways(
@@ -58,6 +67,23 @@ async def test_failures_are_grouped_by_what_they_say_most_frequent_first(
     assert sorted(groups[0].trial_ids) == sorted(
         t.trial_id for t in job.trials if t.task_name.startswith("fail-")
     )
+
+
+async def test_trials_scored_zero_are_listed_with_the_failures(tmp_path: Path) -> None:
+    job = await fake_job(tmp_path, passing=1, failing=1)
+    scores_zero = "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\n"
+    zero = write_task(tmp_path / "tasks", "zero", solve_sh=SOLVE, test_sh=scores_zero)
+    more = await run_job([zero], "oracle", config=fake_config(tmp_path), job_id="zero-job")
+    [scored] = more.trials
+    assert (scored.status, scored.reward) == ("success", 0.0)
+
+    page = job_page(read_job(Path(more.job_dir)))
+    html = report_html([Path(more.job_dir)], live=False)
+
+    assert [r.trial_id for r in page.scored_zero] == [scored.trial_id]
+    assert job_page(read_job(Path(job.job_dir))).scored_zero == []
+    assert '1 ×</b> <span class="cat-scored">reward 0</span>' in html
+    assert "<h3>Scored 0</h3>" in html  # the trial's detail says where to look
 
 
 async def test_a_lane_shows_each_phase_in_order_from_the_trials_start(tmp_path: Path) -> None:
