@@ -39,8 +39,8 @@ done
 rootfs=$(mktemp -d /tmp/trialbox-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT
 
-echo "debootstrapping $SUITE (minbase, python3) into $rootfs${mirror:+ from the configured mirror}"
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+echo "debootstrapping $SUITE (minbase, python3 also as python) into $rootfs${mirror:+ from the configured mirror}"
+debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
   "$SUITE" "$rootfs" ${mirror:+"$mirror"} >"$rootfs.log" 2>&1 || {
   echo "error: debootstrap failed; the last lines of its log ($rootfs.log):" >&2
   tail -n 30 "$rootfs.log" >&2

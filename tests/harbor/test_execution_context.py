@@ -239,3 +239,17 @@ async def test_more_cpus_than_the_host_has_is_refused_or_clipped(
 
     assert clipped.reward == 1.0
     assert any("clipped to the host's" in w for w in clipped.warnings)
+
+
+async def test_a_dockerfile_that_needs_buildkit_is_the_task_s_and_says_how_to_fix_it(
+    config: TrialConfig, make_task
+) -> None:
+    dockerfile = f"FROM {BASE_IMAGE}\nCOPY --chmod=0755 run.sh /run.sh\n"
+    task = make_task("buildkit-only", dockerfile=dockerfile)
+    (task / "environment" / "run.sh").write_text("#!/bin/sh\n")
+
+    result = await run_trial(task, "nop", config=config)
+
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("validation", "image")
+    assert "COPY --chmod with COPY and RUN chmod" in result.error.message

@@ -98,14 +98,24 @@ class BuildPlan:
 
 # Errors of the task's own Dockerfile, as the engine words them; anything else (the engine,
 # the network, a missing base image) is not the task's fault.
-_TASK_FAULTS = ("returned a non-zero code", "dockerfile parse error", "unknown instruction")
+# A Dockerfile that needs BuildKit (`COPY --chmod`, `RUN --mount`) cannot be built by the
+# engine's classic builder, which trialbox drives: the task cannot be used here, say so.
+_TASK_FAULTS = (
+    "returned a non-zero code", "dockerfile parse error", "unknown instruction",
+    "requires buildkit",
+)  # fmt: skip
+_BUILDKIT_HINT = (
+    " (trialbox builds with the engine's classic builder: replace BuildKit-only syntax such as "
+    "COPY --chmod with COPY and RUN chmod)"
+)
 
 
 def _build_failed(plan: BuildPlan, why: str, lines: list[str]) -> ImageBuildError:
     tail = "\n".join(lines[-LOG_TAIL_LINES:])
     full = "\n".join(lines)[-LOG_CAP_CHARS:]
     if any(fault in why.lower() for fault in _TASK_FAULTS):
-        return TaskBuildError(f"building {plan.tag}: {why}", tail, log=full)
+        hint = _BUILDKIT_HINT if "requires buildkit" in why.lower() else ""
+        return TaskBuildError(f"building {plan.tag}: {why}{hint}", tail, log=full)
     return ImageBuildError(f"building {plan.tag} failed: {why}", tail, log=full)
 
 
