@@ -57,11 +57,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.output == "-":
         if args.format == "parquet":
             raise ValueError("-o -: parquet is binary; give a file with -o FILE")
-        write(rows, args.format, sys.stdout)
+        write(rows, args.format, sys.stdout, with_trajectories=args.with_trajectories)
         sys.stdout.flush()
     else:
         name = jobs[0].job_id if len(jobs) == 1 else "trials"
         out = Path(args.output or f"{name}.{args.format}")
-        write(rows, args.format, out)
+        write(rows, args.format, out, with_trajectories=args.with_trajectories)
         say.print(f"wrote {len(rows)} rows of {len(jobs)} job(s) to {out}", soft_wrap=True)
     return 0

@@ -141,7 +141,7 @@ def read_job(job_dir: Path) -> JobOnDisk:
         job_dir=job_dir,
         source="run" if config is not None else "serve",
         config=config,
-        n_expected=_n_expected(job_dir),
+        n_expected=_n_expected(job_dir, config),
         results=ordered,
         superseded_by=superseded_by,
         in_flight=_in_flight(job_dir, {Path(r.trial_dir).name for r in results}),
@@ -215,12 +215,15 @@ def _config(job_dir: Path) -> JobConfigFile | None:
         return None
 
 
-def _n_expected(job_dir: Path) -> int | None:
+def _n_expected(job_dir: Path, config: JobConfigFile | None) -> int | None:
+    """job.json's count of (task, attempt) pairs; before its first write, config.json's."""
     try:
         value = json.loads((job_dir / JOB_FILE).read_bytes()).get("n_expected")
     except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) and value > 0 else None
+        value = None
+    if isinstance(value, int) and value > 0:
+        return value
+    return len(config.tasks) * config.attempts if config is not None else None
 
 
 def _in_flight(job_dir: Path, finished: set[str]) -> list[InFlight]:

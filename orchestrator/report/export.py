@@ -13,7 +13,6 @@ trajectory. Values that are lists or objects are native in JSON Lines and Parque
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections.abc import Iterable
 from datetime import datetime
@@ -32,6 +31,8 @@ ExportFormat = Literal["jsonl", "csv", "parquet"]
 TIMINGS = (*PHASES, "total")
 USAGE = ("calls", "prompt_tokens", "completion_tokens")
 _JSON_TEXT_IN_PARQUET = ("messages",)
+_NESTED = ("timings", "usage", "rewards")
+TRAJECTORY_COLUMNS = ("messages", "completions", "trajectory_problem")
 
 
 class ExportRow(BaseModel):
@@ -76,42 +77,57 @@ def rows_of(job: JobOnDisk, *, with_trajectories: bool = False) -> list[ExportRo
     ]
 
 
-def write(rows: list[ExportRow], fmt: ExportFormat, out: Path | IO[str]) -> None:
-    """Write `rows` as `fmt` to a path, or (JSON Lines and CSV) to an open text stream."""
+def write(
+    rows: list[ExportRow],
+    fmt: ExportFormat,
+    out: Path | IO[str],
+    *,
+    with_trajectories: bool = False,
+) -> None:
+    """Write `rows` as `fmt` to a path, or (JSON Lines and CSV) to an open text stream.
+    `with_trajectories`: the rows carry the trajectory columns (`rows_of(...,
+    with_trajectories=True)`); an empty export then names them too."""
     if fmt == "parquet":
         if not isinstance(out, Path):
             raise ValueError("parquet is written to a file (-o FILE), not to a stream")
-        _write_parquet(rows, out)
+        _write_parquet(rows, out, with_trajectories)
         return
     with _text_out(out) as stream:
         if fmt == "jsonl":
+            left_out = set() if with_trajectories else set(TRAJECTORY_COLUMNS)
             for row in rows:
-                stream.write(row.model_dump_json(exclude=_left_out(row)) + "\n")
+                stream.write(row.model_dump_json(exclude=left_out) + "\n")
         else:
-            _write_csv(rows, stream)
+            _write_csv(rows, stream, with_trajectories)
 
 
-def flat(row: ExportRow, reward_names: Iterable[str]) -> dict[str, Any]:
-    """The row with `timings.*`, `usage.*` and `rewards.*` as columns of their own."""
-    data = row.model_dump(exclude=_left_out(row) | {"timings", "usage", "rewards"})
+def columns(reward_names: Iterable[str], *, with_trajectories: bool) -> list[str]:
+    """The flat (CSV and Parquet) columns, in order: the row's own, the trajectory's when
+    asked for, then `timings.*`, `usage.*` and one `rewards.<name>` per reward name."""
+    own = [name for name in ExportRow.model_fields if name not in _NESTED + TRAJECTORY_COLUMNS]
+    return [
+        *own,
+        *(TRAJECTORY_COLUMNS if with_trajectories else ()),
+        *(f"timings.{phase}" for phase in TIMINGS),
+        *(f"usage.{name}" for name in USAGE),
+        *(f"rewards.{name}" for name in reward_names),
+    ]
+
+
+def flat(row: ExportRow, names: list[str], *, with_trajectories: bool) -> dict[str, Any]:
+    """The row as the flat columns (`columns(names, ...)`) say."""
+    data = row.model_dump()
     for phase in TIMINGS:
         data[f"timings.{phase}"] = row.timings.get(phase)
     for name in USAGE:
         data[f"usage.{name}"] = None if row.usage is None else row.usage.get(name)
-    for name in reward_names:
+    for name in names:
         data[f"rewards.{name}"] = row.rewards.get(name)
-    return data
+    return {key: data[key] for key in columns(names, with_trajectories=with_trajectories)}
 
 
 def reward_names(rows: list[ExportRow]) -> list[str]:
     return sorted({name for row in rows for name in row.rewards})
-
-
-def _left_out(row: ExportRow) -> set[str]:
-    """The trajectory columns, unless they were asked for."""
-    if row.messages is None and row.completions is None and row.trajectory_problem is None:
-        return {"messages", "completions", "trajectory_problem"}
-    return set()
 
 
 def _row(job: JobOnDisk, r: TrialResult, scored: bool, *, with_trajectories: bool) -> ExportRow:
@@ -174,13 +190,13 @@ class _text_out:
             self.opened.close()
 
 
-def _write_csv(rows: list[ExportRow], stream: IO[str]) -> None:
+def _write_csv(rows: list[ExportRow], stream: IO[str], with_trajectories: bool) -> None:
     names = reward_names(rows)
-    table = [flat(row, names) for row in rows]
-    columns = list(table[0]) if table else list(ExportRow.model_fields)
-    writer = csv.DictWriter(stream, fieldnames=columns, lineterminator="\n")
+    header = columns(names, with_trajectories=with_trajectories)
+    writer = csv.DictWriter(stream, fieldnames=header, lineterminator="\n")
     writer.writeheader()
-    for record in table:
+    for row in rows:
+        record = flat(row, names, with_trajectories=with_trajectories)
         writer.writerow({k: _csv_value(v) for k, v in record.items()})
 
 
@@ -200,61 +216,45 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
-def _write_parquet(rows: list[ExportRow], out: Path) -> None:
+def _write_parquet(rows: list[ExportRow], out: Path, with_trajectories: bool) -> None:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise ValueError(
-            "--format parquet needs pyarrow: pip install 'trialbox[parquet]'"
-        ) from None
+        needed = "--format parquet needs pyarrow: pip install 'trialbox[parquet]'"
+        raise ValueError(needed) from None
     names = reward_names(rows)
     table = []
     for row in rows:
-        record = flat(row, names)
+        record = flat(row, names, with_trajectories=with_trajectories)
         for key in _JSON_TEXT_IN_PARQUET:
             if key in record:
                 record[key] = json.dumps(record[key], ensure_ascii=False)
         table.append(record)
-    trajectories = bool(rows) and not _left_out(rows[0])
-    schema = pa.schema(_parquet_fields(pa, names, with_trajectories=trajectories))
+    header = columns(names, with_trajectories=with_trajectories)
+    schema = pa.schema([pa.field(name, _parquet_type(pa, name)) for name in header])
     pq.write_table(pa.Table.from_pylist(table, schema=schema), out)
 
 
-def _parquet_fields(pa: Any, names: list[str], *, with_trajectories: bool) -> list[Any]:
-    text, whole, real, flag = pa.string(), pa.int64(), pa.float64(), pa.bool_()
-    when = pa.timestamp("us", tz="UTC")
-    fields = [
-        ("job_id", text), ("trial_id", text), ("rollout_id", text), ("session_id", text),
-        ("task_name", text), ("task_checksum", text), ("agent", text), ("attempt", whole),
-        ("status", text), ("counted", flag), ("superseded_by", text), ("reward", real),
-        ("error_category", text), ("error_phase", text), ("error_type", text),
-        ("error_message", text), ("agent_termination", text), ("agent_exit_code", whole),
-        ("model_limit", text), ("warnings", pa.list_(text)), ("started_at", when),
-        ("finished_at", when), ("trial_dir", text),
-    ]  # fmt: skip
-    if with_trajectories:
-        completion = pa.struct(
-            [
-                ("step_id", whole),
-                ("prompt_token_ids", pa.list_(whole)),
-                ("completion_token_ids", pa.list_(whole)),
-                ("logprobs", pa.list_(real)),
-            ]
-        )
-        fields += [
-            ("messages", text),
-            ("completions", pa.list_(completion)),
-            ("trajectory_problem", text),
+def _parquet_type(pa: Any, column: str) -> Any:
+    """The Parquet type of a flat column."""
+    whole, real, text = pa.int64(), pa.float64(), pa.string()
+    if column.startswith(("timings.", "rewards.")) or column == "reward":
+        return real
+    if column.startswith("usage.") or column in ("attempt", "agent_exit_code"):
+        return whole
+    if column == "counted":
+        return pa.bool_()
+    if column in ("started_at", "finished_at"):
+        return pa.timestamp("us", tz="UTC")
+    if column == "warnings":
+        return pa.list_(text)
+    if column == "completions":
+        fields = [
+            ("step_id", whole),
+            ("prompt_token_ids", pa.list_(whole)),
+            ("completion_token_ids", pa.list_(whole)),
+            ("logprobs", pa.list_(real)),
         ]
-    fields += [(f"timings.{p}", real) for p in TIMINGS]
-    fields += [(f"usage.{u}", whole) for u in USAGE]
-    fields += [(f"rewards.{n}", real) for n in names]
-    return [pa.field(name, kind) for name, kind in fields]
-
-
-def export_text(rows: list[ExportRow], fmt: Literal["jsonl", "csv"]) -> str:
-    """The export as a string (JSON Lines or CSV), for small jobs and tests."""
-    buffer = io.StringIO()
-    write(rows, fmt, buffer)
-    return buffer.getvalue()
+        return pa.list_(pa.struct(fields))
+    return text

@@ -141,3 +141,14 @@ async def test_a_copied_job_folder_reads_its_trials_where_they_are_now(tmp_path:
     read = read_job(moved)
 
     assert (read.job_id, len(read.results), read.state) == (job.job_id, 1, "finished")
+
+
+async def test_a_job_that_only_wrote_its_config_expects_every_pair(tmp_path: Path) -> None:
+    job = await fake_job(tmp_path, passing=2, failing=0, attempts=2)
+    started = tmp_path / "just-started"
+    started.mkdir()
+    shutil.copy(Path(job.job_dir) / "config.json", started / "config.json")
+
+    read = read_job(started)
+
+    assert (read.n_expected, read.results, read.state) == (4, [], "stopped")

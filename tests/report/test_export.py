@@ -130,7 +130,8 @@ async def test_parquet_reads_back_as_the_results(tmp_path: Path) -> None:
     results = _results(job)
     out = tmp_path / "trials.parquet"
 
-    write(rows_of(read_job(Path(job.job_dir)), with_trajectories=True), "parquet", out)
+    rows = rows_of(read_job(Path(job.job_dir)), with_trajectories=True)
+    write(rows, "parquet", out, with_trajectories=True)
 
     table = pq.read_table(out)
     assert table.schema.field("timings.agent").type == "double"
@@ -219,3 +220,16 @@ async def test_export_to_stdout_writes_only_the_data(
     out = capsys.readouterr().out
     rows = list(csv.DictReader(out.splitlines()))
     assert sorted(r["trial_id"] for r in rows) == sorted(t.trial_id for t in job.trials)
+
+
+async def test_a_job_without_results_yet_exports_the_header_alone(tmp_path: Path) -> None:
+    job = await fake_job(tmp_path, passing=1, failing=0)
+    full = tmp_path / "full.csv"
+    write(rows_of(read_job(Path(job.job_dir))), "csv", full)
+    (Path(job.trials[0].trial_dir) / "result.json").unlink()  # as when the job just started
+    empty = tmp_path / "empty.csv"
+
+    write(rows_of(read_job(Path(job.job_dir))), "csv", empty)
+
+    header = full.read_text().splitlines()[0]
+    assert empty.read_text() == header.replace(",rewards.reward", "") + "\n"
