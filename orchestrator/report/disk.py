@@ -18,7 +18,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from orchestrator.service.job_config import JobConfigFile
 from orchestrator.service.job_resume import RESULT_FILE, chains_of, read_results
@@ -43,8 +43,6 @@ class InFlight(BaseModel):
 
 class JobOnDisk(BaseModel):
     """One job folder as read now: every result, which of them count, and what is running."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     job_id: str
     job_dir: Path

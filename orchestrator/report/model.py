@@ -1,7 +1,7 @@
 """The page model: everything the report shows, as data, built from jobs read off disk.
 
-The renderer turns these models into HTML and does no arithmetic of its own; the export
-and tests read the same models, so what the page says is what the files say.
+The renderer turns these models into HTML and does no arithmetic of its own, so the tests
+check the figures here, against the job's own, and the HTML separately.
 """
 
 from __future__ import annotations
