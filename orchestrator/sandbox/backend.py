@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from orchestrator.sandbox.placement import Placement
 from orchestrator.sandbox.protocol import Capabilities, Sandbox
 from orchestrator.sandbox.spec import SandboxSpec
 from orchestrator.tasks.task import Task
@@ -60,6 +61,9 @@ class Leftover(BaseModel):
     job: str
     owner: str
     state: str
+    node: str | None = Field(
+        None, description="The cluster node whose engine holds it; None: this host's engine."
+    )
 
 
 class Backend(ABC):
@@ -71,6 +75,12 @@ class Backend(ABC):
     def capabilities(self) -> Capabilities:
         """What this backend's sandboxes can have (network modes, GPUs)."""
         return Capabilities()
+
+    @property
+    def placement(self) -> Placement | None:
+        """None (the default): sandboxes are created here and trials run in this process.
+        A backend whose sandboxes live on other machines places whole trials there."""
+        return None
 
     @abstractmethod
     async def plan_image(

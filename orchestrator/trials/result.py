@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator.common.errors import ErrorCategory
 from orchestrator.gateway.record import Usage
+from orchestrator.sandbox.placement import NodeInfo
 from relay import RelayOutcome
 
 TrialStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
@@ -94,6 +95,11 @@ class TrialResult(BaseModel):
     started_at: datetime
     finished_at: datetime | None = None
     trial_dir: str
+    node: NodeInfo | None = Field(
+        None,
+        description="The cluster node and engine it ran on, when placed on a cluster (Ray); "
+        "None: this host's engine.",
+    )
 
 
 class JobResult(BaseModel):

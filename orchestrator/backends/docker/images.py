@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import docker.errors
 
@@ -58,6 +58,9 @@ from orchestrator.sandbox import ImageOutcome
 from orchestrator.sandbox.backend import RuntimeState
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import read_tree
+
+if TYPE_CHECKING:
+    from orchestrator.backends.docker.registry import Registry
 
 TOOLS_REPO = "trialbox-tools"
 TASK_REPO = "trialbox-env"
@@ -243,7 +246,8 @@ class ImageBuilder:
     one does across `asyncio.run` calls), so no asyncio object is shared between loops.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry  # images shared through it (registry.py); None: built here
         self._tools_tag: str | None = None
         self._arch_name: str | None = None
         self._pythons: dict[str, ImagePython | None] = {}  # by image id, known answers only
@@ -549,7 +553,7 @@ class ImageBuilder:
         earlier = self._running.get(plan.tag)
         if earlier is not None:  # a build that overran its timeout still runs: not two at once
             await asyncio.wait({earlier})
-        if await image_exists(plan.tag):
+        if await image_exists(plan.tag) or (self.registry and await self.registry.pull(plan.tag)):
             return self._outcome(plan, "cached", started)
         building = asyncio.ensure_future(
             docker_api.call_once(
@@ -568,7 +572,10 @@ class ImageBuilder:
                 f"({plan.timeout_sec:g} s)"
             )
         building.result()
-        return self._outcome(plan, "built", started)
+        outcome = self._outcome(plan, "built", started)
+        pushed = None if self.registry is None else await self.registry.push(plan.tag)
+        outcome.warnings.extend([pushed] if pushed else [])
+        return outcome
 
     async def ensure_image(
         self,

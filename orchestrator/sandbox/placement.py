@@ -1,0 +1,78 @@
+"""Whole trials run where their sandboxes live, when that is not this process's host.
+
+A backend whose sandboxes are on other machines (the nodes of a Ray cluster, each with its
+own Docker engine) cannot hand this process a `Sandbox`: the relay, the verifier and the
+model gateway's socket must all be beside the engine. Such a backend offers a `Placement`
+instead: it runs a whole unit of work (a trial) on a node with room for it, gives that work
+the node's own backend and a copy of the task there, and brings back what the work emits.
+Backends that create sandboxes here (Docker, fake) offer none, and nothing changes for them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.tasks.task import Task
+
+if TYPE_CHECKING:
+    from orchestrator.sandbox.backend import Backend
+
+Emit = Callable[[Any], None]
+"""How a placed work reports: each event it emits reaches the caller of `Placement.run`."""
+
+
+class NodeInfo(BaseModel):
+    """Where a trial ran: the cluster node and the engine that held its sandbox."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: str = Field(description="The node's id in its cluster (Ray's node id).")
+    address: str = Field(description="The node's address as the cluster knows it.")
+    engine: str = Field(description="Where the node's engine listens (its DOCKER_HOST).")
+    engine_id: str = Field(description="The engine's own id (`docker info`'s ID).")
+
+
+class Resources(BaseModel):
+    """What one trial holds on its node while it runs: its sandbox's cpus and memory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cpus: float = Field(gt=0)
+    memory_mb: int = Field(gt=0)
+
+
+class PlacedWork(Protocol):
+    """A whole trial to run on a node. It travels there, so it must pickle."""
+
+    @property
+    def key(self) -> str:
+        """Unique among the works of one caller: a cancel names it."""
+        ...
+
+    @property
+    def resources(self) -> Resources:
+        """What it holds on its node while it runs."""
+        ...
+
+    def __call__(self, backend: Backend, task: Task, emit: Emit) -> Awaitable[None]:
+        """Run on the node with the node's `backend` and the node's copy of `task`. When
+        cancelled it still emits its last events (its result), then re-raises."""
+        ...
+
+
+class Placement(ABC):
+    """Runs works on the nodes of a backend whose sandboxes are not in reach of this host."""
+
+    @abstractmethod
+    async def run(self, work: PlacedWork, task: Task, emit: Emit) -> None:
+        """Run `work` on a node with room for `work.resources`, waiting for one.
+
+        `emit` first gets the `NodeInfo` of where it runs, then every event of the work.
+        A cancel is passed on to the work where it runs; once its last events arrived (or a
+        bound passed) the cancel is re-raised here. A node that dies or stops answering
+        raises `SandboxLostError` (infra); a task that no node could hold, `TaskError`.
+        """
