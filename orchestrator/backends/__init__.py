@@ -10,7 +10,10 @@ from pydantic import Field
 
 from orchestrator.backends.docker.config import DockerBackendConfig
 from orchestrator.backends.fake.config import FakeBackendConfig
+from orchestrator.backends.ray.config import RayBackendConfig
 
-BackendConfig = Annotated[DockerBackendConfig | FakeBackendConfig, Field(discriminator="type")]
+BackendConfig = Annotated[
+    DockerBackendConfig | FakeBackendConfig | RayBackendConfig, Field(discriminator="type")
+]
 
-__all__ = ["BackendConfig", "DockerBackendConfig", "FakeBackendConfig"]
+__all__ = ["BackendConfig", "DockerBackendConfig", "FakeBackendConfig", "RayBackendConfig"]

@@ -37,6 +37,7 @@ from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
 from orchestrator.service.loading import Loader
+from orchestrator.service.placed import PlacedTrial
 from orchestrator.service.rollouts import (
     Disposition,
     DuplicateRollout,
@@ -264,14 +265,7 @@ class TrialEngine:
         result: TrialResult | None = None
         try:
             async with self._slots:
-                rollout.trial = Trial(
-                    rollout.task, rollout.agent, config=self.config, backend=self.backend,
-                    trial_id=rollout.trial_id, job_id=self.job_id,
-                    rollout_id=request.rollout_id, session_id=request.session_id,
-                    prompt=request.prompt, model=request.model, gateway=self._model_gateway(),
-                    metadata=request.metadata, attempt=rollout.attempt,
-                    on_grading=lambda _trial: self._grading(rollout),
-                )  # fmt: skip
+                rollout.trial = self._new_trial(rollout)
                 self._watchers.notify(request.rollout_id)  # queued -> running
                 result = await rollout.trial.run()
         except asyncio.CancelledError:
@@ -285,6 +279,28 @@ class TrialEngine:
             if result is None:
                 result = rollout.result_without_trial(self.job_id)
             self._settle(rollout, result)
+
+    def _new_trial(self, rollout: InFlight) -> Trial:
+        """The rollout's trial: here, or on a cluster node when the backend places trials
+        (`Backend.placement`); either has the same `result` and `run()`."""
+        request = rollout.request
+        placement = self.backend.placement
+        if placement is not None:
+            return PlacedTrial(  # type: ignore[return-value]
+                placement, rollout.task, rollout.agent, config=self.config,
+                trial_id=rollout.trial_id, job_id=self.job_id, rollout_id=request.rollout_id,
+                session_id=request.session_id, prompt=request.prompt, model=request.model,
+                metadata=request.metadata, attempt=rollout.attempt,
+                on_grading=lambda _trial: self._grading(rollout),
+            )  # fmt: skip
+        return Trial(
+            rollout.task, rollout.agent, config=self.config, backend=self.backend,
+            trial_id=rollout.trial_id, job_id=self.job_id,
+            rollout_id=request.rollout_id, session_id=request.session_id,
+            prompt=request.prompt, model=request.model, gateway=self._model_gateway(),
+            metadata=request.metadata, attempt=rollout.attempt,
+            on_grading=lambda _trial: self._grading(rollout),
+        )  # fmt: skip
 
     def _settle_if_live(self, rollout: InFlight) -> None:
         if self._live.get(rollout.request.rollout_id) is rollout:

@@ -1,0 +1,168 @@
+"""A trial placed on a cluster node, as the engine sees it: a `result` that follows the
+node's events and a `run()` that ends with a `result.json` in this host's jobs folder.
+
+The engine treats it as it treats a local `Trial`: status, grading callbacks, cancel (a
+cancel of `run()` reaches the trial on its node through the `Placement`, whose relay does
+the host abort there) and settling are the same. What differs is where the files come
+from: the node sends the trial's whole folder back, and the result records the node and
+engine. A node that died mid-trial leaves a result saying so, with category `infra`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.common.archive import extract_stream, tar_of_dir
+from orchestrator.common.errors import TrialboxError
+from orchestrator.common.ids import check_id
+from orchestrator.common.offload import run_blocking
+from orchestrator.common.shielding import ride_out_cancels
+from orchestrator.gateway.settings import ModelOverride
+from orchestrator.sandbox.placement import NodeInfo, Placement, Resources
+from orchestrator.service.placed_work import Finished, Grading, TrialWork
+from orchestrator.tasks.task import Task
+from orchestrator.trials.agents import Agent, WorkflowAgent
+from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.materialize import claim_folder
+from orchestrator.trials.result import TrialError, TrialResult
+
+# Files come back capped at the node (logs at Limits.log_file_cap_bytes); this only keeps a
+# broken node from filling the disk.
+_FILE_CAP = 1 << 30
+
+
+class PlacedTrial:
+    """One agent's attempt at one task, run on a node of the backend's `Placement`."""
+
+    def __init__(
+        self,
+        placement: Placement,
+        task: Task,
+        agent: Agent,
+        *,
+        config: TrialConfig,
+        trial_id: str,
+        job_id: str,
+        metadata: Mapping[str, Any],
+        attempt: int,
+        rollout_id: str | None = None,
+        session_id: str | None = None,
+        prompt: str | None = None,
+        model: ModelOverride | None = None,
+        on_grading: Callable[[PlacedTrial], None] | None = None,
+    ) -> None:
+        self.placement, self.task, self.agent, self.config = placement, task, agent, config
+        self.trial_id = check_id(trial_id, "trial id")
+        self.job_id = check_id(job_id, "job id")
+        self.metadata, self.prompt, self.model = dict(metadata), prompt, model
+        self._on_grading = on_grading
+        self.trial_dir = config.jobs_dir.resolve() / job_id / self.trial_id
+        self.result = TrialResult(
+            trial_id=self.trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
+            task_name=task.name, agent_spec=agent.spec, attempt=attempt, status="running",
+            started_at=datetime.now(UTC), trial_dir=str(self.trial_dir),
+        )  # fmt: skip
+        self._finished: Finished | None = None
+        self._lost: Exception | None = None
+
+    # -- on the way -----------------------------------------------------------------------
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, NodeInfo):
+            self.result.node = event
+        elif isinstance(event, Grading):
+            self.result.status = "grading"
+            if self._on_grading is not None:
+                self._on_grading(self)
+        elif isinstance(event, Finished):
+            self._finished = event
+
+    def _work(self) -> TrialWork:
+        """What the node needs (blocking: it reads the workflow agent's code)."""
+        env = self.task.config.environment
+        templates = self.task.config.env_templates(include_solution=self.agent.runs_solution)
+        names = {t.variable for t in templates}
+        host_env = {name: os.environ[name] for name in names if name in os.environ}
+        code = None
+        if isinstance(self.agent, WorkflowAgent):
+            code = tar_of_dir(self.agent.source, self.agent.source.name)
+        return TrialWork(
+            key=f"{self.job_id}/{self.trial_id}",
+            resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb),
+            agent=self.agent, config=self.config, trial_id=self.trial_id, job_id=self.job_id,
+            metadata=self.metadata, attempt=self.result.attempt,
+            rollout_id=self.result.rollout_id, session_id=self.result.session_id,
+            prompt=self.prompt, model=self.model, host_env=tuple(sorted(host_env.items())),
+            agent_code=code,
+        )  # fmt: skip
+
+    # -- the whole trial ----------------------------------------------------------------------
+
+    async def run(self) -> TrialResult:
+        """Run on a node; always returns (or, if cancelled, re-raises) with a result.json."""
+        started = time.monotonic()
+        cancelled = False
+        try:
+            self.trial_id = await run_blocking(claim_folder, self.trial_dir.parent, self.trial_id)
+            self.trial_dir = self.trial_dir.parent / self.trial_id
+            self.result.trial_id, self.result.trial_dir = self.trial_id, str(self.trial_dir)
+            work = await run_blocking(self._work)
+            await self.placement.run(work, self.task, self._on_event)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception as exc:  # the node was lost, or placing failed: said in the result
+            self._lost = exc
+        finish = asyncio.ensure_future(self._finish(cancelled, started))
+        if await ride_out_cancels(finish):
+            cancelled = True
+        finish.result()
+        if cancelled:
+            raise asyncio.CancelledError
+        return self.result
+
+    async def _finish(self, cancelled: bool, started: float) -> None:
+        node = self.result.node
+        if self._finished is not None:
+            self.result = await run_blocking(self._unpack, self._finished)
+        else:
+            self.result.status = "cancelled" if cancelled and self._lost is None else "failure"
+            if self._lost is not None:
+                self.result.error = _error_of(self._lost, "agent" if node else "materialize")
+            self.result.timings.total = time.monotonic() - started
+            self.result.finished_at = datetime.now(UTC)
+        self.result.node = node
+        self.result.trial_dir = str(self.trial_dir)
+        await run_blocking(self._write_result)
+
+    def _unpack(self, finished: Finished) -> TrialResult:
+        """The node's folder into this host's trial folder; its result.json (scrubbed on
+        the node) with the paths that named the node's folder naming this one."""
+        if finished.files:
+            extract_stream([finished.files], self.trial_dir, file_cap=_FILE_CAP)
+        written = self.trial_dir / "result.json"
+        try:
+            text = written.read_text(encoding="utf-8")
+        except OSError:  # the node could not write it: its in-memory result
+            text = finished.result.model_dump_json()
+        text = text.replace(finished.node_dir, str(self.trial_dir))
+        return TrialResult.model_validate_json(text)
+
+    def _write_result(self) -> None:
+        """Whole or not at all, as a local trial writes it."""
+        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        partial = self.trial_dir / f".result.json.{os.getpid()}"
+        partial.write_text(self.result.model_dump_json(indent=2), encoding="utf-8")
+        os.replace(partial, self.trial_dir / "result.json")
+
+
+def _error_of(exc: Exception, phase: str) -> TrialError:
+    category = exc.category if isinstance(exc, TrialboxError) else "infra"
+    return TrialError(
+        category=category, phase=phase, type=type(exc).__name__, message=str(exc),  # type: ignore[arg-type]
+        discardable=category == "infra",
+    )  # fmt: skip

@@ -1,0 +1,67 @@
+"""The simplest `Placement`: each work runs in this process, on a backend of its own (a
+fake "node"), after the pickle round trip every placed work and event must survive. The
+engine's placed path (`service/placed.py`, `placed_work.py`) is tested with it without Ray;
+`LostPlacement` is a node that dies under its first trials."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+from orchestrator.backends.fake import FakeBackend
+from orchestrator.common.errors import SandboxLostError
+from orchestrator.sandbox.placement import Emit, NodeInfo, PlacedWork, Placement
+from orchestrator.tasks.task import Task
+
+NODE = NodeInfo(node_id="n" * 56, address="127.0.0.1", engine="fake", engine_id="fake-node")
+
+
+def travelled(value: object) -> object:
+    return pickle.loads(pickle.dumps(value))
+
+
+class LocalPlacement(Placement):
+    """Runs each work here, on `node`, as a node would."""
+
+    def __init__(self, node: FakeBackend | None = None) -> None:
+        self.node = node or FakeBackend()
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def run(self, work: PlacedWork, task: Task, emit: Emit) -> None:
+        arrived = travelled(work)
+        assert isinstance(arrived, type(work))
+        emit(NODE)
+        self.started.append(work.key)
+        try:
+            await arrived(self.node, task, lambda event: emit(travelled(event)))
+        except asyncio.CancelledError:
+            self.cancelled.append(work.key)
+            raise
+
+
+class LostPlacement(LocalPlacement):
+    """A node that dies before its first `losses` works end."""
+
+    def __init__(self, losses: int) -> None:
+        super().__init__()
+        self.losses = losses
+
+    async def run(self, work: PlacedWork, task: Task, emit: Emit) -> None:
+        if self.losses > 0:
+            self.losses -= 1
+            emit(NODE)
+            raise SandboxLostError("the Ray node 127.0.0.1 (nnnn) running this trial was lost")
+        await super().run(work, task, emit)
+
+
+class PlacingBackend(FakeBackend):
+    """A fake backend that places whole trials instead of making sandboxes here."""
+
+    def __init__(self, placement: Placement) -> None:
+        super().__init__()
+        self._placement = placement
+
+    @property
+    def placement(self) -> Placement:
+        return self._placement

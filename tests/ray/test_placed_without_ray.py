@@ -1,0 +1,109 @@
+"""The engine's placed path without Ray: a backend whose `placement` runs each trial on a
+fake "node" after a pickle round trip. What travels must pickle; the node's folder comes
+back to this host's jobs folder with the node recorded; a cancel reaches the trial where it
+runs; a lost node is an infra failure that a retry runs again; the node's scratch is gone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator import Limits, RolloutRequest, TrialConfig, TrialEngine, TrialResult, run_job
+from orchestrator.service.placed_work import SCRATCH_ENV
+from tests.conformance.conftest import wait_until
+from tests.conftest import write_task
+from tests.ray.local_placement import NODE, LocalPlacement, LostPlacement, PlacingBackend
+
+QUICK = Limits(stop_term_grace_sec=0.5, stop_kill_grace_sec=0.5)
+
+
+@pytest.fixture(autouse=True)
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The "node's" scratch folder, checked empty by the tests that look."""
+    where = tmp_path / "node-scratch"
+    monkeypatch.setenv(SCRATCH_ENV, str(where))
+    return where / "trialbox-node"
+
+
+def config_in(tmp_path: Path) -> TrialConfig:
+    return TrialConfig(jobs_dir=tmp_path / "jobs", limits=QUICK, backend={"type": "fake"})
+
+
+def task_in(tmp_path: Path, **kwargs: str) -> Path:
+    kwargs.setdefault("solve_sh", "#!/bin/sh\necho solved > /logs/artifacts/out.txt\n")
+    return write_task(tmp_path / "tasks", "placed", **kwargs)
+
+
+def on_disk(result: TrialResult) -> TrialResult:
+    return TrialResult.model_validate_json((Path(result.trial_dir) / "result.json").read_text())
+
+
+async def test_a_placed_trial_comes_back_with_its_files_and_its_node(
+    tmp_path: Path, scratch: Path
+) -> None:
+    placement = LocalPlacement()
+    job = await run_job(
+        [task_in(tmp_path)], "oracle", config=config_in(tmp_path),
+        backend=PlacingBackend(placement), metadata={"label": 7},
+    )  # fmt: skip
+    [result] = job.trials
+    assert result.status == "success", result.error
+    assert result.reward == 1.0
+    assert result.node == NODE
+    assert placement.started == [f"{result.job_id}/{result.trial_id}"]
+    trial_dir = Path(result.trial_dir)
+    assert trial_dir.parent == (tmp_path / "jobs" / result.job_id).resolve()
+    assert (trial_dir / "logs" / "artifacts" / "out.txt").read_text() == "solved\n"
+    assert json.loads((trial_dir / "task" / "tests" / "label.json").read_text()) == 7
+    written = on_disk(result)
+    assert written.node == NODE and written.trial_dir == str(trial_dir)
+    assert str(scratch) not in (trial_dir / "result.json").read_text()
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("trial-")] == []
+
+
+async def test_a_cancel_reaches_the_trial_where_it_runs(tmp_path: Path, scratch: Path) -> None:
+    placement = LocalPlacement()
+    task = task_in(tmp_path)
+    async with TrialEngine(
+        config=config_in(tmp_path), backend=PlacingBackend(placement), task=task,
+        agent="command:sleep 30",
+    ) as engine:  # fmt: skip
+        await engine.submit(RolloutRequest(rollout_id="tenant::r1"))
+        await wait_until(lambda: as_awaitable(bool(placement.node.created)))
+        assert (await engine.cancel(prefix="tenant::")) == {"tenant::r1": "cancelled_running"}
+        status = engine.status("tenant::r1")
+    assert status.status == "cancelled"
+    assert placement.cancelled == [f"{engine.job_id}/{trial_dir_name(status.trial_dir)}"]
+    written = TrialResult.model_validate_json(
+        (Path(str(status.trial_dir)) / "result.json").read_text()
+    )
+    assert written.status == "cancelled" and written.agent.termination == "aborted"
+    assert written.node == NODE
+    assert await placement.node.find_leftovers() == []
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("trial-")] == []
+
+
+async def as_awaitable(value: bool) -> bool:
+    return value
+
+
+def trial_dir_name(trial_dir: str | None) -> str:
+    assert trial_dir is not None
+    return Path(trial_dir).name
+
+
+async def test_a_lost_node_is_an_infra_failure_that_a_retry_runs_again(tmp_path: Path) -> None:
+    placement = LostPlacement(losses=1)
+    job = await run_job(
+        [task_in(tmp_path)], "oracle", config=config_in(tmp_path),
+        backend=PlacingBackend(placement), max_retries=1,
+    )  # fmt: skip
+    first, second = sorted([*job.trials, job.superseded[0]], key=lambda t: t.started_at)
+    assert first.status == "failure" and first.error is not None
+    assert first.error.category == "infra" and first.error.discardable
+    assert first.error.type == "SandboxLostError" and "was lost" in first.error.message
+    assert on_disk(first).node == NODE
+    assert second.status == "success"
