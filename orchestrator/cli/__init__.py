@@ -7,6 +7,7 @@ values and callbacks.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from rich.console import Console
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # What the library warns about (e.g. a resumed job's leftovers removed) reaches the user.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     console = Console(stderr=getattr(args, "json", False))
     try:
         return args.handler(args, console)

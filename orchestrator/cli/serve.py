@@ -201,6 +201,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     except ValueError as exc:
         print_error(console, str(exc))
         return 1
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0

@@ -175,6 +175,8 @@ async def resume_job(
         if saved.job_id != job_dir.name:
             raise ValueError(f"{job_dir / CONFIG_FILE}: it is job {saved.job_id!r}'s")
         config = _resumed_config(saved, job_dir, keep_containers, credentials)
+        backend = backend or config.backend.build(config.limits)
+        await _remove_leftovers(backend, saved.job_id)
         backoff = retry_backoff or Backoff(*saved.retry_backoff_sec)
         saved = saved.model_copy(
             update={
@@ -203,6 +205,15 @@ async def resume_job(
         )  # fmt: skip
     finally:
         os.close(lock)
+
+
+async def _remove_leftovers(backend: Backend, job_id: str) -> None:
+    """The sandboxes the stopped run left: the job's folder is locked, so no live run of this
+    job owns any sandbox labelled with its id, and they would only hold memory and names."""
+    leftovers = await backend.find_leftovers(job=job_id)
+    if leftovers:
+        removed = await backend.remove_leftovers(leftovers)
+        log.warning("job %s: removed %d sandbox(es) the stopped run left", job_id, removed)
 
 
 def _resumed_config(
