@@ -8,3 +8,5 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 bash scripts/ensure-docker.sh
 bash scripts/build-base-image.sh
 bash scripts/ensure-browser.sh
+bash scripts/ensure-ray.sh
+bash scripts/ensure-registry.sh

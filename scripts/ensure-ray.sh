@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Makes sure Ray is importable (the package's `ray` extra, from PyPI): trials on a Ray cluster
+# and the ray tests need it. Safe to run again: it does nothing when Ray imports already.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if python3 -c "import ray" >/dev/null 2>&1; then
+  exit 0
+fi
+echo "installing the ray extra"
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e ".[ray]"
+python3 -c "import ray; print('ray', ray.__version__)"
