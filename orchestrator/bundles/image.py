@@ -50,7 +50,9 @@ class BundleDependencies(BaseModel):
 
 
 @functools.lru_cache(maxsize=16)
-def _site_files(requirements: tuple[str, ...], minor: str, arch: str) -> dict:
+def _site_files(
+    requirements: tuple[str, ...], minor: str, arch: str
+) -> dict[str, tuple[bytes, int]]:
     files = {PTH_NAME: (f"{BUNDLE_SITE}\n".encode(), 0o644)}
     if requirements:
         files.update(read_files(dependency_site(requirements, minor, arch)))

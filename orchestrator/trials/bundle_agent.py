@@ -71,6 +71,8 @@ class BundleAgent(Agent):
         """From a bundle wheel, or a project folder (built with its [tool.trialbox] classes,
         once per content). The workflow's configuration: `workflow_config`, or the JSON object
         in `config_file`, which the agent's spec then names (a resumed job reads it again)."""
+        if workflow_config is not None and config_file is not None:
+            raise BundleError("give the workflow's config as workflow_config or config_file")
         path = Path(source).resolve()
         wheel = path if path.suffix == ".whl" else build_bundle(path)
         spec = f"bundle:{wheel}"
