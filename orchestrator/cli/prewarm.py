@@ -10,6 +10,7 @@ from collections import Counter
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cli.cluster import add_ray_options, on_cluster
 from orchestrator.cli.common import (
     add_base_image_option,
     add_task_options,
@@ -18,7 +19,9 @@ from orchestrator.cli.common import (
     progress_bar,
     tasks_of,
 )
+from orchestrator.sandbox import Backend
 from orchestrator.service.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
+from orchestrator.trials.config import TrialConfig
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,11 +45,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="build each task's environment/Dockerfile even when its task.toml names a "
         "prebuilt docker_image (Harbor's --force-build; TrialConfig.force_build for trials)",
     )
+    add_ray_options(parser)
     parser.set_defaults(handler=handle)
 
 
-def _table(rows: list[PrewarmRow]) -> Table:
-    table = Table(title="images")
+def _table(rows: list[PrewarmRow], title: str = "images") -> Table:
+    table = Table(title=title)
     for column in ("image", "tasks", "status", "seconds", "error"):
         table.add_column(column)
     for row in rows:
@@ -65,10 +69,47 @@ def _totals(rows: list[PrewarmRow], seconds: float) -> str:
     return f"{len(rows)} image(s): {', '.join(parts)}, in {seconds:.1f} s"
 
 
-async def _prewarm(args: argparse.Namespace, console: Console) -> int:
+async def _prewarm_nodes(args: argparse.Namespace, console: Console, config: TrialConfig) -> int:
+    """Every node of the cluster warmed, with progress per node. With a registry the first
+    node builds and pushes, then the others pull; without one each node builds."""
     started = time.monotonic()
     tasks = tasks_of(args)
-    config = config_of(args)
+    cluster = config.backend.build(config.limits)
+    nodes = await cluster.nodes()  # type: ignore[attr-defined]
+    rows: dict[str, list[PrewarmRow]] = {}
+    with progress_bar(console) as progress:
+
+        async def warm(node: Backend) -> None:
+            bar = progress.add_task(f"{node.name}: {len(tasks)} task(s)", total=None)
+            try:
+                rows[node.name] = await prewarm(
+                    tasks, base_image_map=config.base_image_map, max_parallel=args.max_parallel,
+                    backend=node, force_build=args.force_build,
+                    on_done=lambda _row: progress.advance(bar),
+                )  # fmt: skip
+            except PrewarmError as exc:
+                rows[node.name] = exc.rows
+
+        first, *others = nodes
+        if args.registry is not None:
+            await warm(first)
+            nodes = others
+        await asyncio.gather(*(warm(node) for node in nodes))
+    for name, node_rows in rows.items():
+        console.print(_table(node_rows, title=f"images on {name}"))
+        console.print(_totals(node_rows, time.monotonic() - started))
+    failed = any(row.status == "failed" for node_rows in rows.values() for row in node_rows)
+    if failed:
+        print_error(console, "some images failed to build; see the tables above")
+    return 1 if failed else 0
+
+
+async def _prewarm(args: argparse.Namespace, console: Console) -> int:
+    started = time.monotonic()
+    config = on_cluster(config_of(args), args)
+    if config.backend.type == "ray":
+        return await _prewarm_nodes(args, console, config)
+    tasks = tasks_of(args)
     with progress_bar(console) as progress:
         bar = progress.add_task(f"images of {len(tasks)} task(s)", total=None)
         try:

@@ -8,6 +8,7 @@ import asyncio
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cli.cluster import on_cluster
 from orchestrator.cli.common import print_error
 from orchestrator.trials.config import TrialConfig
 
@@ -23,18 +24,25 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--job", help="only containers of this job id (trialbox.job)")
     parser.add_argument("--all", action="store_true", help="every trial container on the engine")
     parser.add_argument("--dry-run", action="store_true", help="list, remove nothing")
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="every node of this Ray cluster: each node's engine is searched and cleaned "
+        "(the ray extra; a node that is down is cleaned once it is back)",
+    )
     parser.set_defaults(handler=handle)
 
 
 async def _reap(args: argparse.Namespace, console: Console) -> int:
-    config = TrialConfig()
+    config = on_cluster(TrialConfig(), args)
     backend = config.backend.build(config.limits)
     leftovers = await backend.find_leftovers(owner=args.owner, job=args.job)
     table = Table(title=f"{len(leftovers)} trial container(s)")
-    for column in ("name", "job", "owner", "state"):
+    for column in ("name", "job", "owner", "state") + (("node",) if args.ray else ()):
         table.add_column(column)
-    for leftover in leftovers:
-        table.add_row(leftover.name, leftover.job, leftover.owner, leftover.state)
+    for item in leftovers:
+        node = (item.node or "")[:12]
+        table.add_row(item.name, item.job, item.owner, item.state, *([node] if args.ray else []))
     console.print(table)
     if args.dry_run or not leftovers:
         return 0

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cli.cluster import add_ray_options, on_cluster, ray_config
 from orchestrator.cli.common import (
     EXIT_INFRA,
     CancelOnSignal,
@@ -43,6 +44,7 @@ from orchestrator.cli.settings import (
 )
 from orchestrator.common.errors import TaskError
 from orchestrator.common.ids import check_id
+from orchestrator.common.limits import Limits
 from orchestrator.service.job import JobRecord, resume_job, run_job, task_unusable
 from orchestrator.service.job_config import JobConfigFile
 from orchestrator.service.job_ids import fresh_job_id
@@ -104,6 +106,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "commands run through a tiny shell; for trying trialbox and for tests)",
     )
     add_sandbox_options(run)
+    add_ray_options(run)
     run.add_argument(
         "--label", help="ground-truth label (JSON or a plain string) for the verifier only"
     )
@@ -169,7 +172,7 @@ def _labels(settings: RunSettings, tasks: list[Task]) -> tuple[dict[str, Any], d
     return {}, {name: {"label": v} for name, v in per_task.items() if name in selected}
 
 
-def _new_job(settings: RunSettings) -> _Job:
+def _new_job(settings: RunSettings, args: argparse.Namespace) -> _Job:
     if settings.path is None:
         raise ValueError("give PATH (a task folder, or a folder of task folders), or --resume")
     tasks = tasks_of(settings)
@@ -177,7 +180,7 @@ def _new_job(settings: RunSettings) -> _Job:
     agent = parse_agent(settings.agent)
     for task in tasks:  # a ${VAR} the host does not set: said once, before any container
         task.check_env_vars(include_solution=agent.runs_solution)
-    config = config_of(settings)
+    config = on_cluster(config_of(settings), args)
     jobs_dir = config.jobs_dir.resolve()
     if settings.job_name is None:
         job_id = fresh_job_id(jobs_dir)
@@ -207,7 +210,7 @@ def _this_owner() -> str:
     return str(TrialConfig.model_fields["owner"].get_default(call_default_factory=True))
 
 
-def _resumed_job(job_dir: Path, given: dict[str, Any]) -> _Job:
+def _resumed_job(job_dir: Path, given: dict[str, Any], args: argparse.Namespace) -> _Job:
     overrides = resume_overrides(given)
     job_dir = job_dir.resolve()
     try:
@@ -219,11 +222,14 @@ def _resumed_job(job_dir: Path, given: dict[str, Any]) -> _Job:
     if saved.options is not None:
         options = saved.options | {k: v for k, v in overrides.items() if k != "json_output"}
 
+    cluster = ray_config(args)  # a resumed job may name its cluster anew
+
     def start(hooks: dict[str, Any]) -> Coroutine[Any, Any, JobRecord]:
         return resume_job(
             job_dir, n_concurrent=overrides.get("n_concurrent"),
             max_retries=overrides.get("max_retries"),
-            keep_containers=overrides.get("keep_containers"), options=options, **hooks,
+            keep_containers=overrides.get("keep_containers"), options=options,
+            backend=None if cluster is None else cluster.build(Limits()), **hooks,
         )  # fmt: skip
 
     return _Job(
@@ -329,9 +335,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if resume is not None:
         if getattr(args, "config", None) is not None:
             raise ValueError("-c/--config: not with --resume, which reads the job's config.json")
-        plan = _resumed_job(resume, given)
+        plan = _resumed_job(resume, given, args)
     else:
-        plan = _new_job(load_settings(given, getattr(args, "config", None)))
+        plan = _new_job(load_settings(given, getattr(args, "config", None)), args)
     if plan.json_output and not console.stderr:
         console = Console(stderr=True)  # stdout is the JSON's alone
     return asyncio.run(_drive(plan, console))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from orchestrator.cli.cluster import add_ray_options, on_cluster
 from orchestrator.cli.common import (
     add_agent_options,
     add_config_options,
@@ -139,6 +140,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_config_options(parser)
     add_sandbox_options(parser)
     add_model_options(parser)
+    add_ray_options(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -176,7 +178,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     bundle = None if args.bundle is None else bundle_agent(args)
     engine = TrialEngine(
         n_concurrent=args.n_concurrent, max_queue_depth=args.max_queue_depth,
-        config=config_of(args), agent=args.agent if bundle is None else bundle.spec,
+        config=on_cluster(config_of(args), args),
+        agent=args.agent if bundle is None else bundle.spec,
         task=args.task, tasks_dir=args.tasks_dir, retention_sec=args.retention_sec,
     )  # fmt: skip
     prewarm_tasks = []

@@ -56,6 +56,14 @@ class RayBackendConfig(BaseModel):
 
     def build(self, limits: Limits) -> RayBackend:
         """The backend, made when first needed (Ray is imported and connected only then)."""
-        from orchestrator.backends.ray.backend import RayBackend
-
+        try:
+            from orchestrator.backends.ray.backend import RayBackend
+        except ModuleNotFoundError as exc:
+            if exc.name != "ray":
+                raise
+            raise ModuleNotFoundError(
+                "trials on a Ray cluster need Ray on this host and on every node: "
+                "pip install 'trialbox[ray]'",
+                name="ray",
+            ) from None
         return RayBackend(self, limits)

@@ -1,0 +1,44 @@
+"""`--ray ADDRESS` and `--registry HOST:PORT`: the same command, its trials placed on the
+nodes of a Ray cluster (each node's Docker engine runs their sandboxes)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from orchestrator.backends import DockerBackendConfig, RayBackendConfig
+from orchestrator.trials.config import TrialConfig
+
+
+def add_ray_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Ray cluster (the ray extra: pip install 'trialbox[ray]')")
+    group.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="place trials on the nodes of this Ray cluster ('auto', HOST:PORT or "
+        "ray://HOST:10001): each runs on a node with room for its cpus and memory, in that "
+        "node's Docker engine (docs/cluster.md)",
+    )
+    group.add_argument(
+        "--registry",
+        metavar="HOST:PORT",
+        help="with --ray: a registry the nodes share task images through (built once, pushed, "
+        "pulled elsewhere by their content-hash tag); without it each node builds its own",
+    )
+
+
+def ray_config(args: Any, node: Any = None) -> RayBackendConfig | None:
+    """The cluster `--ray` names (None without it); `node` is what each node runs."""
+    address, registry = getattr(args, "ray", None), getattr(args, "registry", None)
+    if address is None:
+        if registry is not None:
+            raise ValueError("--registry: only with --ray ADDRESS")
+        return None
+    return RayBackendConfig(address=address, registry=registry, node=node or DockerBackendConfig())
+
+
+def on_cluster(config: TrialConfig, args: Any) -> TrialConfig:
+    """`config` with its trials placed on the cluster `--ray` names, if it names one."""
+    backend = config.backend
+    cluster = ray_config(args, backend if backend.type in ("docker", "fake") else None)
+    return config if cluster is None else config.model_copy(update={"backend": cluster})
