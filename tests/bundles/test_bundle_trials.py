@@ -1,19 +1,23 @@
 """Bundles in real containers with no network: the example project (the real `openai` client
 from PyPI, through the model gateway to the stand-in), a code-only change that builds no image,
-and a dependency with no wheel for the image's Python, refused before any container."""
+a dependency with no wheel for the image's Python, refused before any container, and a server
+whose rollouts run a bundle."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import docker
+import httpx
 import pytest
 
-from orchestrator import ModelConfig, TrialConfig, run_trial
+from orchestrator import ModelConfig, TrialConfig, TrialEngine, run_trial
 from orchestrator.backends.docker import images as images_module
 from orchestrator.backends.docker.images import BuildPlan
 from orchestrator.bundles import build_bundle, inspect_bundle
+from orchestrator.service.server import create_app
 from orchestrator.trials.bundle_agent import BundleAgent
 from tests.conftest import EXAMPLES, MakeTask
 from tests.support.standin import Reply, StandIn
@@ -81,7 +85,8 @@ PROJECT = {
         "from container_runtime import AgentWorkflow\n\n\n"
         "class Echo(AgentWorkflow):\n"
         "    async def run(self, ctx):\n"
-        '        Path("/app/answer.txt").write_text(six.text_type("VERSION"))\n'
+        '        suffix = ctx.workflow_config.get("suffix", "")\n'
+        '        Path("/app/answer.txt").write_text(six.text_type("VERSION") + suffix)\n'
     ),  # returns nothing: fine
 }
 # The task's own verifier (the bundle has no grader): the answer must be the label.
@@ -142,3 +147,29 @@ async def test_a_dependency_without_a_wheel_for_the_images_python_fails_before_a
     assert "pyyaml==5.4.1" in result.error.message
     assert "CPython 3.11" in result.error.message
     assert container_watch.created() == []
+
+
+async def test_a_server_started_with_a_bundle_runs_it_per_rollout_over_http(
+    config: TrialConfig, make_task: MakeTask, tmp_path: Path
+) -> None:
+    """As `trialbox serve --bundle PROJECT --workflow-config FILE` sets it up."""
+    settings = tmp_path / "config.json"
+    settings.write_text('{"suffix": "-served"}')
+    project = write_project(tmp_path / "project", "v1")
+    agent = BundleAgent.load(
+        build_bundle(project, cache=tmp_path / "bundles"), config_file=settings
+    )
+    task = make_task("echo", test_sh=OWN_TEST)
+    engine = TrialEngine(config=offline(config), agent=agent.spec, task=task)
+    transport = httpx.ASGITransport(app=create_app(engine))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            body = {"rollout_id": "bundle-1", "metadata": {"label": "v1-served"}}
+            assert (await client.post("/rollouts", json=body)).status_code == 202
+            async with asyncio.timeout(120):
+                doc: dict = {}
+                while doc.get("finished_at") is None:
+                    doc = (await client.get("/rollouts/bundle-1", params={"wait": 25})).json()
+    finally:
+        await engine.shutdown(drain_sec=0)
+    assert (doc["status"], doc["reward"], doc["error"]) == ("success", 1.0, None)
