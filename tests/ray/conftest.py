@@ -87,6 +87,8 @@ def registry() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def second_engine(docker_ready: docker.DockerClient) -> Iterator[tuple[str, docker.DockerClient]]:
     """(DOCKER_HOST, client) of a second dockerd holding the base image; stopped at the end."""
+    system_bridge = Path("/sys/class/net/docker0")
+    had_bridge = system_bridge.exists()
     engine = SecondDockerd()
     try:
         client = engine.start()
@@ -96,6 +98,7 @@ def second_engine(docker_ready: docker.DockerClient) -> Iterator[tuple[str, dock
     finally:
         engine.stop()
     assert not engine.root.exists(), f"the second dockerd's state was left at {engine.root}"
+    assert system_bridge.exists() or not had_bridge, "the system engine's docker0 went"
 
 
 @dataclass

@@ -1,12 +1,16 @@
 """A second Docker engine on this machine, for the cluster tests: its own socket, data root,
-exec root (and so its own containerd), pidfile, config file and cgroup parent, and no
-bridge (its sandboxes run with network mode none). Started and stopped by a fixture; its
-whole state goes with it.
+exec root (and so its own containerd), pidfile, config file, cgroup parent and bridge (an
+interface made here, without iptables rules; its sandboxes run with network mode none).
+Started and stopped by a fixture; its whole state, the bridge too, goes with it.
+
+Not `--bridge none`: dockerd 20.10 then deletes the interface `docker0` at start, the system
+engine's own bridge, and every container the system engine starts afterwards fails.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -29,15 +33,25 @@ class SecondDockerd:
         self.root = Path(tempfile.mkdtemp(prefix="tb-d2-", dir="/tmp"))
         self.host = f"unix://{self.root}/docker.sock"
         self.log = self.root / "dockerd.log"
+        self.bridge = f"tbd2-{secrets.token_hex(3)}"  # interface names: at most 15 bytes
         self.process: subprocess.Popen[bytes] | None = None
+
+    def _make_bridge(self) -> None:
+        for step in (
+            ["ip", "link", "add", self.bridge, "type", "bridge"],
+            ["ip", "addr", "add", "10.254.253.1/24", "dev", self.bridge],
+            ["ip", "link", "set", self.bridge, "up"],
+        ):
+            subprocess.run(step, check=True, capture_output=True)
 
     def start(self) -> docker.DockerClient:
         config = self.root / "daemon.json"
         config.write_text(json.dumps({"storage-driver": "fuse-overlayfs"}))
+        self._make_bridge()
         command = [
             "dockerd", "--host", self.host, "--config-file", str(config),
             "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-            "--pidfile", str(self.root / "docker.pid"), "--bridge", "none",
+            "--pidfile", str(self.root / "docker.pid"), "--bridge", self.bridge,
             "--iptables=false", "--ip-masq=false", "--cgroup-parent", "trialbox-dockerd2",
         ]  # fmt: skip
         with self.log.open("wb") as out:
@@ -79,6 +93,7 @@ class SecondDockerd:
                 self.process.wait(timeout=STOP_WITHIN_SEC)
         for mount in reversed(self._mounts()):
             subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], check=False, capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _mounts(self) -> list[str]:
