@@ -4,7 +4,7 @@ Shown here: trials land on both engines and come back with their files, no node 
 trials than its cores allow, an image is built once and pulled by the other engine; a cancel
 and an abort reach trials on both engines; a node killed mid-job fails only its own trials,
 as infra, which a retry runs again on another node, and what it left is reaped through
-the cluster.
+the cluster; a node whose engine stops answering is left out while the others serve.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from orchestrator import (
 from orchestrator.common.ids import trial_id_for
 from orchestrator.common.offload import run_blocking
 from orchestrator.service.engine import engines
-from tests.conftest import OFFICIAL_IMAGE, TEST_OWNER, write_task
+from tests.conftest import BASE_IMAGE, OFFICIAL_IMAGE, TEST_OWNER, write_task
 from tests.ray.conftest import HALF_NODE_TOML, NODE_CPUS, WHOLE_NODE_TOML, TwoEngines, registry_has
+from tests.ray.second_dockerd import SecondDockerd
 
 pytestmark = pytest.mark.ray
 
@@ -191,3 +192,38 @@ async def test_a_node_killed_mid_job_fails_only_its_trials_and_they_run_again_el
     assert [item.trial for item in left] == [lost.trial_id]
     assert await backend.remove_leftovers(left) == 1
     assert await backend.find_leftovers(owner=TEST_OWNER, job=record.job_id) == []
+
+
+async def test_a_node_whose_engine_stops_answering_is_left_out_and_its_trials_run_elsewhere(
+    two_engines: TwoEngines, tmp_path: Path
+) -> None:
+    third = SecondDockerd()
+    third.start()
+    node = None
+    try:
+        third.load_image(BASE_IMAGE)
+        node = two_engines.add_node(third.host)
+        task = write_task(
+            tmp_path / "tasks", "fragile", dockerfile=DOCKERFILE, task_toml=WHOLE_NODE_TOML
+        )
+        config = two_engines.config(tmp_path)
+        before = await run_job([task], "nop", attempts=3, n_concurrent=3, config=config)
+        assert {t.node.engine for t in before.trials if t.node} == {
+            two_engines.first_host,
+            two_engines.second_host,
+            third.host,
+        }
+        third.stop()  # the third node lives on; its engine is gone
+        after = await run_job(
+            [task], "nop", attempts=4, n_concurrent=3, max_retries=3,
+            retry_backoff=Backoff(0, 0), config=config,
+        )  # fmt: skip
+    finally:
+        if node is not None:
+            await run_blocking(two_engines.cluster.remove_node, node)
+        third.stop()
+    assert [t.status for t in after.trials] == ["success"] * 4
+    assert third.host not in {t.node.engine for t in after.trials if t.node}
+    assert after.superseded, "no trial was placed on the node whose engine had stopped"
+    for lost in after.superseded:
+        assert lost.error is not None and lost.error.category == "infra"
