@@ -14,6 +14,7 @@ import asyncio
 from typing import Any
 
 from orchestrator.backends import BackendConfig, DockerBackendConfig, FakeBackendConfig
+from orchestrator.bundles import build_bundle, inspect_bundle
 from orchestrator.common.errors import (
     ImageBuildError,
     RewardFileError,
@@ -42,6 +43,7 @@ from orchestrator.service.rollouts import (
     TooManyLongPolls,
 )
 from orchestrator.tasks.task import Task, load_task
+from orchestrator.trials.bundle_agent import BundleAgent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import AgentOutcome, JobResult, Timings, TrialError, TrialResult
 from orchestrator.trials.trial import run_trial
@@ -62,6 +64,7 @@ __all__ = [
     "Backend",
     "BackendConfig",
     "Backoff",
+    "BundleAgent",
     "Capabilities",
     "DockerBackendConfig",
     "DuplicateRollout",
@@ -98,6 +101,8 @@ __all__ = [
     "TrialboxError",
     "Usage",
     "abort",
+    "build_bundle",
+    "inspect_bundle",
     "load_task",
     "prewarm",
     "resume_job",

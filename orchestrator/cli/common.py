@@ -124,7 +124,8 @@ def add_agent_options(parser: argparse.ArgumentParser, *, what: str = "agent") -
         "--agent",
         default="oracle",
         help=f"{what}: oracle | nop | shell (needs --model) | command:<shell command> | "
-        "workflow:<module or file.py>:<Class> (default: oracle)",
+        "workflow:<module or file.py>:<Class> | bundle:<wheel or project>[?config=FILE.json] "
+        "(default: oracle)",
     )
     parser.add_argument(
         "-n", "--n-concurrent", type=int, default=4, help="trials at once (default: 4)"
