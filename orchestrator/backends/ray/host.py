@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,17 @@ import ray
 from orchestrator.backends.ray.config import RayBackendConfig
 from orchestrator.backends.ray.parcels import TaskParcel, Unpacker
 from orchestrator.common.limits import Limits
-from orchestrator.sandbox import Backend, Capabilities, ImageOutcome, Leftover
+from orchestrator.sandbox import (
+    Backend,
+    Capabilities,
+    ImageOutcome,
+    ImagePlan,
+    Leftover,
+    Sandbox,
+    SandboxSpec,
+)
 from orchestrator.sandbox.placement import NodeInfo, PlacedWork
+from orchestrator.tasks.task import Task
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 HEALTH_TIMEOUT_SEC = 10.0
@@ -38,7 +47,7 @@ class _Announcing(Backend):
     """The node's backend as a trial sees it: after its image is there, the driver hears
     so (other trials of the same task may then pull it from the registry)."""
 
-    def __init__(self, inner: Backend, announce: Any) -> None:
+    def __init__(self, inner: Backend, announce: Callable[[], None]) -> None:
         self.inner, self._announce = inner, announce
         self.name = inner.name
 
@@ -46,10 +55,19 @@ class _Announcing(Backend):
     def capabilities(self) -> Capabilities:
         return self.inner.capabilities
 
-    async def plan_image(self, task, base_image_map, *, force_build=False):  # type: ignore[no-untyped-def]
+    async def plan_image(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> ImagePlan:
         return await self.inner.plan_image(task, base_image_map, force_build=force_build)
 
-    async def ensure_image(self, task, base_image_map=None, *, plan=None, force_build=False):  # type: ignore[no-untyped-def]
+    async def ensure_image(
+        self,
+        task: Task,
+        base_image_map: Mapping[str, str] | None = None,
+        *,
+        plan: ImagePlan | None = None,
+        force_build: bool = False,
+    ) -> ImageOutcome:
         try:
             return await self.inner.ensure_image(
                 task, base_image_map, plan=plan, force_build=force_build
@@ -57,13 +75,15 @@ class _Announcing(Backend):
         finally:
             self._announce()
 
-    async def create_sandbox(self, spec):  # type: ignore[no-untyped-def]
+    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
         return await self.inner.create_sandbox(spec)
 
-    async def find_leftovers(self, *, owner=None, job=None):  # type: ignore[no-untyped-def]
+    async def find_leftovers(
+        self, *, owner: str | None = None, job: str | None = None
+    ) -> list[Leftover]:
         return await self.inner.find_leftovers(owner=owner, job=job)
 
-    async def remove_leftovers(self, leftovers):  # type: ignore[no-untyped-def]
+    async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
         return await self.inner.remove_leftovers(leftovers)
 
 
@@ -138,8 +158,9 @@ class NodeHost:
                     yield getter.result()
                 else:
                     getter.cancel()
-            if not running.cancelled() and running.exception() is not None:
-                raise running.exception()  # type: ignore[misc]
+            error = None if running.cancelled() else running.exception()
+            if error is not None:
+                raise error
         finally:
             self._runs.pop(work.key, None)
 
