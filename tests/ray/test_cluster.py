@@ -98,7 +98,7 @@ async def test_trials_land_on_both_engines_and_come_back_with_their_files(
     assert two_engines.first.images.get(tag).id == two_engines.second.images.get(tag).id
 
 
-async def test_a_cancel_and_an_abort_reach_trials_on_both_engines(
+async def test_a_cancel_an_abort_and_a_shutdown_reach_trials_on_both_engines(
     two_engines: TwoEngines, tmp_path: Path
 ) -> None:
     task = write_task(tmp_path / "tasks", "held", dockerfile=DOCKERFILE, task_toml=WHOLE_NODE_TOML)
@@ -109,8 +109,11 @@ async def test_a_cancel_and_an_abort_reach_trials_on_both_engines(
         for rollout_id in ("cancel::1", "cancel::2"):
             await engine.submit(RolloutRequest(rollout_id=rollout_id))
         await until(lambda: running_on(two_engines, engine.job_id) == (1, 1))
+        assert engine.status("cancel::1").status == "running"
+        polled = asyncio.ensure_future(engine.watch("cancel::1", 25))
         cancelled = await engine.cancel(prefix="cancel::")
         assert cancelled == {"cancel::1": "cancelled_running", "cancel::2": "cancelled_running"}
+        assert (await polled).status == "cancelled"  # the long poll woke on the change
         assert running_on(two_engines, engine.job_id) == (0, 0)
 
         for rollout_id in ("abort::1", "abort::2"):
@@ -121,15 +124,21 @@ async def test_a_cancel_and_an_abort_reach_trials_on_both_engines(
         results = await asyncio.gather(*settled)
         assert running_on(two_engines, engine.job_id) == (0, 0)
 
-    ids = ("cancel::1", "cancel::2", "abort::1", "abort::2")
+        for rollout_id in ("shutdown::1", "shutdown::2"):
+            await engine.submit(RolloutRequest(rollout_id=rollout_id))
+        await until(lambda: running_on(two_engines, engine.job_id) == (1, 1))
+        await engine.shutdown(drain_sec=0)
+        assert running_on(two_engines, engine.job_id) == (0, 0)
+
+    ids = ("cancel::1", "cancel::2", "abort::1", "abort::2", "shutdown::1", "shutdown::2")
     job_dir = config.jobs_dir.resolve() / engine.job_id
     written = [
         TrialResult.model_validate_json((job_dir / trial_id_for(i) / "result.json").read_text())
         for i in ids
     ]
-    assert [w.status for w in written] == ["cancelled"] * 4
-    assert [w.agent.termination for w in written] == ["aborted"] * 4
-    for pair in (written[:2], written[2:]):
+    assert [w.status for w in written] == ["cancelled"] * 6
+    assert [w.agent.termination for w in written] == ["aborted"] * 6
+    for pair in (written[:2], written[2:4], written[4:]):
         assert {w.node.engine for w in pair if w.node} == {
             two_engines.first_host,
             two_engines.second_host,

@@ -107,3 +107,16 @@ async def test_a_lost_node_is_an_infra_failure_that_a_retry_runs_again(tmp_path:
     assert first.error.type == "SandboxLostError" and "was lost" in first.error.message
     assert on_disk(first).node == NODE
     assert second.status == "success"
+
+
+async def test_a_placed_trial_reads_grading_while_its_node_verifies(tmp_path: Path) -> None:
+    slow_verifier = "#!/bin/sh\nsleep 2\necho 1 > /logs/verifier/reward.txt\n"
+    task = task_in(tmp_path, test_sh=slow_verifier)
+    async with TrialEngine(
+        config=config_in(tmp_path), backend=PlacingBackend(LocalPlacement()), task=task,
+        agent="nop",
+    ) as engine:  # fmt: skip
+        await engine.submit(RolloutRequest(rollout_id="graded"))
+        await wait_until(lambda: as_awaitable(engine.status("graded").status == "grading"))
+        result = await engine.wait("graded")
+    assert result.status == "success" and result.node == NODE
