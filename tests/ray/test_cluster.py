@@ -13,7 +13,10 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import docker
+import docker.errors
 import pytest
 
 from orchestrator import (
@@ -69,6 +72,20 @@ def running_on(two: TwoEngines, job_id: str) -> tuple[int, int]:
     )
 
 
+def agents_on(two: TwoEngines, job_id: str, command: str = "sleep 300") -> tuple[int, int]:
+    """How many of the job's sandboxes on each engine run their agent's process already."""
+    labels = {"label": [f"trialbox.job={job_id}"], "status": "running"}
+
+    def busy(container: Any) -> bool:
+        try:
+            return any(command in " ".join(p) for p in container.top()["Processes"] or [])
+        except docker.errors.APIError:  # gone meanwhile
+            return False
+
+    first = sum(busy(c) for c in two.first.containers.list(filters=labels))
+    return first, sum(busy(c) for c in two.second.containers.list(filters=labels))
+
+
 async def test_trials_land_on_both_engines_and_come_back_with_their_files(
     two_engines: TwoEngines, tmp_path: Path
 ) -> None:
@@ -108,7 +125,7 @@ async def test_a_cancel_an_abort_and_a_shutdown_reach_trials_on_both_engines(
     ) as engine:
         for rollout_id in ("cancel::1", "cancel::2"):
             await engine.submit(RolloutRequest(rollout_id=rollout_id))
-        await until(lambda: running_on(two_engines, engine.job_id) == (1, 1))
+        await until(lambda: agents_on(two_engines, engine.job_id) == (1, 1))
         assert engine.status("cancel::1").status == "running"
         polled = asyncio.ensure_future(engine.watch("cancel::1", 25))
         cancelled = await engine.cancel(prefix="cancel::")
@@ -118,7 +135,7 @@ async def test_a_cancel_an_abort_and_a_shutdown_reach_trials_on_both_engines(
 
         for rollout_id in ("abort::1", "abort::2"):
             await engine.submit(RolloutRequest(rollout_id=rollout_id, session_id="surplus"))
-        await until(lambda: running_on(two_engines, engine.job_id) == (1, 1))
+        await until(lambda: agents_on(two_engines, engine.job_id) == (1, 1))
         settled = [asyncio.ensure_future(engine.wait(i)) for i in ("abort::1", "abort::2")]
         abort("surplus")
         results = await asyncio.gather(*settled)
@@ -126,7 +143,7 @@ async def test_a_cancel_an_abort_and_a_shutdown_reach_trials_on_both_engines(
 
         for rollout_id in ("shutdown::1", "shutdown::2"):
             await engine.submit(RolloutRequest(rollout_id=rollout_id))
-        await until(lambda: running_on(two_engines, engine.job_id) == (1, 1))
+        await until(lambda: agents_on(two_engines, engine.job_id) == (1, 1))
         await engine.shutdown(drain_sec=0)
         assert running_on(two_engines, engine.job_id) == (0, 0)
 
