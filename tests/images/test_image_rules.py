@@ -66,7 +66,7 @@ def test_the_general_layer_never_exits_non_zero_for_python() -> None:
     ("reason", "refused"),
     [
         (
-            'Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io on '
+            'Get "https://registry.example.test/v2/": dial tcp: lookup registry.example.test on '
             "10.0.0.1:53: no such host",
             False,
         ),

@@ -51,6 +51,6 @@ def test_unknown_network_mode_is_a_validation_error(make_task, mode: str) -> Non
 
 def test_an_allowlist_built_in_code_has_no_docker_network() -> None:
     # The loader refuses it (test_unsupported.py); a model made directly refuses it too.
-    environment = EnvironmentSection(network_mode="allowlist", allowed_hosts=["pypi.org"])
+    environment = EnvironmentSection(network_mode="allowlist", allowed_hosts=["a.example.test"])
     with pytest.raises(TaskError, match="allowlist"):
         _ = environment.effective_network_mode
