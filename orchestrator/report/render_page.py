@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import secrets
 
-from orchestrator.report.assets import CSS, JS
+from orchestrator.report.assets import CSS
 from orchestrator.report.htmlkit import esc, num, pct, secs, stamp
 from orchestrator.report.model import CompareRow, ReportPage, TrialDetail
 from orchestrator.report.render_job import job_section
 from orchestrator.report.render_trial import trial_section
+from orchestrator.report.script import JS
 from orchestrator.report.stats import PHASES
 
 _COMPARED_PHASES = ("image", "agent", "verify")
