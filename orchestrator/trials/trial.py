@@ -55,6 +55,7 @@ from orchestrator.trials.readiness import wait_ready
 from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
 from orchestrator.trials.rewards import headline_reward
 from orchestrator.trials.runtime import check_runtime, runtime_missing
+from orchestrator.trials.users import ROOT, user_ids
 from orchestrator.trials.verifier import VerifierSetup, score, verify
 from relay import Relay, RelayOutcome, RelayPolicy
 
@@ -103,7 +104,7 @@ class Trial:
         self.trial_dir = config.jobs_dir.resolve() / job_id / trial_id
         self.logs = LogCollector(self.trial_dir, config.limits.log_file_cap_bytes)
         self._context: TrialContext | None = None
-        self._image_user = ""
+        self._verifier_owner = ROOT
         self.scrubber = Scrubber(self._secrets())
         self.result = TrialResult(
             trial_id=trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
@@ -198,7 +199,13 @@ class Trial:
         if self._needs_runtime:  # "present" too: the task's own steps may remove python3
             await check_runtime(sandbox, built.tag, self._runtime_user)
         defaults = await sandbox.image_defaults()
-        self._image_user = defaults.user
+        where = self.task.path / "task.toml"
+        if context.agent_user:
+            await user_ids(sandbox, context.agent_user, named_by=f"{where}: agent.user")
+        self._verifier_owner = await user_ids(
+            sandbox, context.verifier_user or defaults.user,
+            named_by=f"{where}: verifier.user" if context.verifier_user else "the image's USER",
+        )  # fmt: skip
         check = context.healthcheck or defaults.healthcheck
         if check is not None:
             where = (
@@ -318,7 +325,7 @@ class Trial:
             self._on_grading(self)
         setup = VerifierSetup(
             timeout_sec=self.task.config.verifier.timeout_sec, env=self.context.verifier_env,
-            user=self.context.verifier_user, image_user=self._image_user,
+            user=self.context.verifier_user, owner=self._verifier_owner,
         )  # fmt: skip
         notes = await verify(sandbox, staged.tests_dir, setup, self.limits, **self._mem)
         self.result.warnings.extend(notes)

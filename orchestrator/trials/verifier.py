@@ -41,12 +41,13 @@ _RUN = (
 
 @dataclass(frozen=True)
 class VerifierSetup:
-    """How tests/test.sh is run: its time limit, its own variables, and its user."""
+    """How tests/test.sh is run: its time limit, its own variables, its user and that user's
+    (uid, gid), resolved before the agent ran (`trials/users.py`)."""
 
     timeout_sec: float
     env: Mapping[str, str] = field(default_factory=dict)
     user: str = ""  # "": the image's USER
-    image_user: str = ""  # what the image declares, so root needs no lookup
+    owner: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -55,19 +56,6 @@ class VerifierRun:
 
     exit_code: int | None
     seconds: float
-
-
-async def _owner(sandbox: Sandbox, setup: VerifierSetup, limits: Limits) -> tuple[int, int]:
-    """(uid, gid) of the verifier's user; root's without asking when it is root."""
-    user = setup.user or setup.image_user
-    if user in ("", "root", "0") or user.startswith(("root:", "0:")):
-        return (0, 0)
-    ids = await sandbox.exec("id -u; id -g", timeout_sec=limits.verifier_setup_sec, user=user)
-    numbers = ids.output.split()
-    if ids.exit_code != 0 or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
-        raise VerifierSetupError(f"cannot resolve the uid/gid of verifier user {user!r}: "
-                                 f"{ids.output.strip()[:200]}")  # fmt: skip
-    return int(numbers[0]), int(numbers[1])
 
 
 async def run_verifier(
@@ -84,7 +72,7 @@ async def run_verifier(
     cleared = await sandbox.exec(_RESET, timeout_sec=limits.verifier_setup_sec, user="root")
     if cleared.exit_code != 0:
         raise VerifierSetupError(f"could not empty {paths.VERIFIER_DIR}: {cleared.output}")
-    owner = await _owner(sandbox, setup, limits)
+    owner = setup.owner
     tests = await run_blocking(tar_of_dir, tests_dir, "tests", top_mode=0o700, owner=owner)
     await sandbox.upload(tests, "/")
     if owner != (0, 0):

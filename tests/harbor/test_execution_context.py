@@ -253,3 +253,18 @@ async def test_a_dockerfile_that_needs_buildkit_is_the_task_s_and_says_how_to_fi
     assert result.error is not None
     assert (result.error.category, result.error.phase) == ("validation", "image")
     assert "COPY --chmod with COPY and RUN chmod" in result.error.message
+
+
+@pytest.mark.parametrize("field", ["agent", "verifier"])
+async def test_a_user_the_image_does_not_have_is_the_task_s_before_the_agent_runs(
+    config: TrialConfig, make_task, field: str
+) -> None:
+    task = make_task(f"no-{field}-user", task_toml=f'[{field}]\nuser = "nobody-here"\n')
+
+    result = await run_trial(task, "command:touch /logs/agent/ran", config=config)
+
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("validation", "start")
+    assert f"{field}.user = 'nobody-here': the image has no such user" in result.error.message
+    assert result.agent.termination is None
+    assert not (Path(result.trial_dir) / "logs/agent/ran").exists()
