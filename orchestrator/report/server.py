@@ -37,7 +37,9 @@ _POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'"
 class ReportServer(ThreadingHTTPServer):
     """Serves the report of `paths` (job folders, or folders of them)."""
 
-    daemon_threads = True
+    # Request threads are joined on close (every request is short: no long polls), so
+    # nothing outlives `serving` or the view command.
+    daemon_threads = False
 
     def __init__(
         self,

@@ -112,6 +112,7 @@ async def test_huge_agent_output_keeps_host_memory_flat(tmp_path: Path, docker_r
         from pathlib import Path
         from orchestrator import TrialConfig, run_trial_sync
 
+        base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         config = TrialConfig(
             base_image_map={{"python:3.11-slim-bookworm": "trialbox-base/python3:bookworm"}},
             jobs_dir=Path({str(tmp_path / "jobs")!r}),
@@ -121,7 +122,7 @@ async def test_huge_agent_output_keeps_host_memory_flat(tmp_path: Path, docker_r
             {str(HELLO)!r}, "command:head -c 300000000 /dev/zero | tr '\\\\0' x", config=config
         )
         print(json.dumps({{
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "grown_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_kb,
             "trial_dir": result.trial_dir,
             "status": result.status,
             "exit_code": result.agent.exit_code,
@@ -141,8 +142,10 @@ async def test_huge_agent_output_keeps_host_memory_flat(tmp_path: Path, docker_r
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["status"] == "success"
     assert report["exit_code"] == 0
-    maxrss_mb = report["maxrss_kb"] / 1024
-    assert maxrss_mb < 250, f"the host process peaked at {maxrss_mb:.0f} MB"
+    # Holding the 300 MB the agent printed would grow the peak by 300 MB or more; the
+    # trial's own work stays far below that, however loaded the machine is.
+    grown_mb = report["grown_kb"] / 1024
+    assert grown_mb < 150, f"the host process's peak grew by {grown_mb:.0f} MB in the trial"
     stdout = Path(report["trial_dir"]) / "logs" / "agent" / "stdout.txt"
     note = TRUNCATION_NOTE % cap
     assert stdout.stat().st_size == cap + len(note)
