@@ -82,6 +82,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_task_options(run, optional_path=True, exclude=True)
     add_agent_options(run)
+    run.add_argument(
+        "--workflow-config",
+        type=Path,
+        metavar="FILE",
+        help="with --agent bundle:WHEEL_OR_PROJECT: a JSON object every trial's workflow gets "
+        "as workflow_config (the same as bundle:…?config=FILE)",
+    )
     run.add_argument("--attempts", type=int, default=1, help="trials per task (default: 1)")
     run.add_argument(
         "--max-retries",
@@ -177,7 +184,7 @@ def _new_job(settings: RunSettings, args: argparse.Namespace) -> _Job:
         raise ValueError("give PATH (a task folder, or a folder of task folders), or --resume")
     tasks = tasks_of(settings)
     metadata, task_metadata = _labels(settings, tasks)
-    agent = parse_agent(settings.agent)
+    agent = parse_agent(settings.agent_spec())
     for task in tasks:  # a ${VAR} the host does not set: said once, before any container
         task.check_env_vars(include_solution=agent.runs_solution)
     config = on_cluster(config_of(settings), args)

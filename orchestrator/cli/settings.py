@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from orchestrator.gateway.settings import DEFAULT_KEY_ENV
+from orchestrator.trials.bundle_agent import CONFIG_MARK
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV
 
 ENV_PREFIX = "TRIALBOX_"
@@ -36,7 +37,7 @@ _FIELD_OF_KEY = {key: field for field, key in _KEY_OF_FIELD.items()}
 # --base-image already had its variable, in the same FROM=LOCAL,... form.
 _ENV_OF_FIELD = {"base_image": BASE_IMAGE_MAP_ENV}
 # Paths in a job file are relative to the file's folder, not to where trialbox runs.
-_PATH_FIELDS = ("path", "jobs_dir", "labels")
+_PATH_FIELDS = ("path", "jobs_dir", "labels", "workflow_config")
 # What may change when a job is resumed: none of it changes what a trial does.
 RESUME_OVERRIDES = ("n_concurrent", "max_retries", "keep_containers", "json_output")
 _FILE_SOURCES = {
@@ -56,6 +57,7 @@ class RunOptions(BaseModel):
     task_id: list[str] = Field(default_factory=list)
     exclude_task: list[str] = Field(default_factory=list)
     agent: str = "oracle"
+    workflow_config: Path | None = None
     n_concurrent: int = Field(4, ge=1)
     attempts: int = Field(1, ge=1)
     max_retries: int = Field(0, ge=0)
@@ -90,6 +92,13 @@ class RunOptions(BaseModel):
         if value.lstrip().startswith("["):
             return json.loads(value)
         return [item.strip() for item in value.split(",") if item.strip()]
+
+    def agent_spec(self) -> str:
+        """--agent, with --workflow-config as the bundle spec's `?config=`: the job's
+        config.json then names the file, and a resumed job reads it again."""
+        if self.workflow_config is None:
+            return self.agent
+        return f"{self.agent}{CONFIG_MARK}{self.workflow_config.resolve()}"
 
     def saved(self) -> dict[str, Any]:
         """The options as a job file would hold them (absolute paths), for config.json."""
@@ -139,7 +148,7 @@ def options_from_file(path: Path) -> dict[str, Any]:
     for name in _PATH_FIELDS:
         if isinstance(found.get(name), str):
             found[name] = str(path.parent.resolve() / found[name])
-    _check(found, lambda field: f"{path}: {_KEY_OF_FIELD.get(field, field)}")
+    _check(found, _in_file(path))
     return found
 
 
@@ -161,9 +170,13 @@ def load_settings(
     """The options in force: `given` (from the command line) > environment > file > defaults."""
     environ = os.environ if environ is None else environ
     _check(dict(given), _flag)
-    places = [dict(given), options_from_env(environ)]
+    named: list[tuple[dict[str, Any], Callable[[str], str]]] = [
+        (dict(given), _flag),
+        (options_from_env(environ), lambda field: f"${env_name(field)}"),
+    ]
     if config_file is not None:
-        places.append(options_from_file(config_file))
+        named.append((options_from_file(config_file), _in_file(config_file)))
+    places = [values for values, _ in named]
 
     class Merged(RunSettings):
         @classmethod
@@ -179,7 +192,34 @@ def load_settings(
             read aliases and un-prefixed names."""
             return tuple(InitSettingsSource(settings_cls, place) for place in places)
 
-    return Merged()
+    def where(field: str) -> str:  # the first place that gives it: the one in force
+        return next(at(field) for values, at in named if field in values)
+
+    merged = Merged()
+    _check_together(merged, where)
+    return merged
+
+
+def _check_together(settings: RunOptions, where: Callable[[str], str]) -> None:
+    """An option that means something only with another, said where it was given."""
+    if settings.workflow_config is None:
+        return
+    kind, _, rest = settings.agent.partition(":")
+    if kind != "bundle":
+        raise ValueError(
+            f"{where('workflow_config')}: a workflow config is for a bundle's workflow, and the "
+            f"agent is {settings.agent!r}: give --agent bundle:WHEEL_OR_PROJECT, or leave the "
+            "workflow config out"
+        )
+    if CONFIG_MARK in rest:
+        raise ValueError(
+            f"{where('workflow_config')}: the agent {settings.agent!r} names its workflow config "
+            f"already ({CONFIG_MARK}): give it in one place"
+        )
+
+
+def _in_file(path: Path) -> Callable[[str], str]:
+    return lambda field: f"{path}: {_KEY_OF_FIELD.get(field, field)}"
 
 
 def _flag(field: str) -> str:
