@@ -15,11 +15,11 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from orchestrator.common.archive import extract_stream, tar_of_dir
 from orchestrator.common.errors import TrialboxError
-from orchestrator.common.ids import check_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import ride_out_cancels
 from orchestrator.gateway.settings import ModelOverride
@@ -29,7 +29,7 @@ from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent, WorkflowAgent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.materialize import claim_folder
-from orchestrator.trials.result import TrialError, TrialResult
+from orchestrator.trials.result import TrialError, TrialResult, initial_result
 
 # Files come back capped at the node (logs at Limits.log_file_cap_bytes); this only keeps a
 # broken node from filling the disk.
@@ -57,16 +57,14 @@ class PlacedTrial:
         on_grading: Callable[[PlacedTrial], None] | None = None,
     ) -> None:
         self.placement, self.task, self.agent, self.config = placement, task, agent, config
-        self.trial_id = check_id(trial_id, "trial id")
-        self.job_id = check_id(job_id, "job id")
+        self.result = initial_result(
+            task.name, agent.spec, jobs_dir=config.jobs_dir, trial_id=trial_id, job_id=job_id,
+            attempt=attempt, rollout_id=rollout_id, session_id=session_id,
+        )  # fmt: skip
+        self.trial_id, self.job_id = self.result.trial_id, self.result.job_id
         self.metadata, self.prompt, self.model = dict(metadata), prompt, model
         self._on_grading = on_grading
-        self.trial_dir = config.jobs_dir.resolve() / job_id / self.trial_id
-        self.result = TrialResult(
-            trial_id=self.trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
-            task_name=task.name, agent_spec=agent.spec, attempt=attempt, status="running",
-            started_at=datetime.now(UTC), trial_dir=str(self.trial_dir),
-        )  # fmt: skip
+        self.trial_dir = Path(self.result.trial_dir)
         self._finished: Finished | None = None
         self._lost: Exception | None = None
 

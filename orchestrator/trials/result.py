@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from orchestrator.common.errors import ErrorCategory
+from orchestrator.common.ids import check_id
 from orchestrator.gateway.record import Usage
 from orchestrator.sandbox.placement import NodeInfo
 from relay import RelayOutcome
@@ -100,6 +102,29 @@ class TrialResult(BaseModel):
         description="The cluster node and engine it ran on, when placed on a cluster (Ray); "
         "None: this host's engine.",
     )
+
+
+def initial_result(
+    task_name: str,
+    agent_spec: str,
+    *,
+    jobs_dir: Path,
+    trial_id: str,
+    job_id: str,
+    attempt: int,
+    rollout_id: str | None,
+    session_id: str | None,
+) -> TrialResult:
+    """A trial's result as it starts, the same for a local and a placed trial: its ids
+    checked (a ValueError naming the bad one), its folder `<jobs_dir>/<job_id>/<trial_id>`,
+    status `running`."""
+    trial_id = check_id(trial_id, "trial id")
+    job_id = check_id(job_id, "job id")
+    return TrialResult(
+        trial_id=trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
+        task_name=task_name, agent_spec=agent_spec, attempt=attempt, status="running",
+        started_at=datetime.now(UTC), trial_dir=str(jobs_dir.resolve() / job_id / trial_id),
+    )  # fmt: skip
 
 
 class JobResult(BaseModel):

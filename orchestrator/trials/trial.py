@@ -4,17 +4,15 @@ Every phase is timed; the first error is recorded with its phase and category an
 still collects what it can and tears down. Teardown is shielded: it runs once, whatever
 cancelled what, and a cancelled trial still leaves a `result.json` saying so. The trial
 talks to its sandbox only through the `Sandbox` protocol and to where it runs only through
-a `Backend`, so the same phases run on Docker, on the fake backend, or anywhere else.
+a `Backend`, so the same phases run on Docker, on the fake backend, or anywhere else. The
+finishing steps after the phases (collect, score, tear down, `result.json`) are `finish.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +23,9 @@ from orchestrator.common.errors import (
     AgentInfraError,
     AgentSpecError,
     ImageBuildError,
-    RewardFileError,
     RuntimeMissingError,
-    TrialboxError,
-    WorkflowError,
 )
-from orchestrator.common.ids import check_id, new_id
+from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber, check_secret_lengths
 from orchestrator.common.shielding import ride_out_cancels
@@ -43,6 +38,7 @@ from orchestrator.trials.collect import LogCollector
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.context import TrialContext, plan_context
 from orchestrator.trials.faults import after_agent, classify
+from orchestrator.trials.finish import TrialFinish
 from orchestrator.trials.guarded import GuardedSandbox
 from orchestrator.trials.materialize import (
     Materialized,
@@ -52,22 +48,17 @@ from orchestrator.trials.materialize import (
 )
 from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.readiness import wait_ready
-from orchestrator.trials.result import AgentOutcome, Phase, TrialError, TrialResult
-from orchestrator.trials.rewards import headline_reward
+from orchestrator.trials.result import AgentOutcome, Phase, TrialResult, initial_result
 from orchestrator.trials.runtime import check_runtime, runtime_missing
 from orchestrator.trials.users import ROOT, user_ids
-from orchestrator.trials.verifier import VerifierSetup, score, verify
+from orchestrator.trials.verifier import VerifierSetup, verify
 from relay import Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
 AGENT_STDERR = f"{paths.AGENT_DIR}/stderr.txt"
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-class Trial:
+class Trial(TrialFinish):
     """One agent's attempt at one task. Build with `Trial(...)`, run once with `await run()`."""
 
     def __init__(
@@ -97,20 +88,18 @@ class Trial:
         self._gateway = gateway
         self.link: ModelLink | None = None
         self._on_grading = on_grading
-        self.trial_id = check_id(trial_id, "trial id")
-        self.job_id = check_id(job_id, "job id")
+        self.result = initial_result(
+            task.name, agent.spec, jobs_dir=config.jobs_dir, trial_id=trial_id, job_id=job_id,
+            attempt=attempt, rollout_id=rollout_id, session_id=session_id,
+        )  # fmt: skip
+        self.trial_id, self.job_id = self.result.trial_id, self.result.job_id
         self.rollout_id = rollout_id
         self.metadata = dict(metadata)
-        self.trial_dir = config.jobs_dir.resolve() / job_id / trial_id
+        self.trial_dir = Path(self.result.trial_dir)
         self.logs = LogCollector(self.trial_dir, config.limits.log_file_cap_bytes)
         self._context: TrialContext | None = None
         self._verifier_owner = ROOT
         self.scrubber = Scrubber(self._secrets())
-        self.result = TrialResult(
-            trial_id=trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
-            task_name=task.name, agent_spec=agent.spec, attempt=attempt, status="running",
-            started_at=_now(), trial_dir=str(self.trial_dir),
-        )  # fmt: skip
         self.sandbox: Sandbox | None = None
         self.relay_outcome: RelayOutcome | None = None
         self._health_at_loss: Health | None = None
@@ -140,28 +129,6 @@ class Trial:
         if self.link is not None and self.link.slot is not None:
             secrets.append(self.link.slot.token)
         return secrets
-
-    @contextlib.contextmanager
-    def _timed(self, phase: Phase) -> Iterator[None]:
-        self._phase = phase
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            timings = self.result.timings
-            setattr(timings, phase, getattr(timings, phase) + time.monotonic() - started)
-
-    def _fail(self, exc: BaseException, phase: Phase | None = None) -> None:
-        if self.result.error is not None:
-            return  # the first error is the cause; later ones are consequences
-        category = exc.category if isinstance(exc, TrialboxError) else "infra"
-        self.result.error = TrialError(
-            category=category,
-            phase=phase or self._phase,
-            type=type(exc).__name__,
-            message=self.scrubber.text(str(exc)),
-            discardable=category == "infra",
-        )
 
     # -- phases -------------------------------------------------------------------------------
 
@@ -330,26 +297,6 @@ class Trial:
         notes = await verify(sandbox, staged.tests_dir, setup, self.limits, **self._mem)
         self.result.warnings.extend(notes)
 
-    async def _collect(self, sandbox: Sandbox) -> None:
-        with self._timed("collect"):
-            self.result.warnings.extend(await self.logs.collect(sandbox, self.scrubber))
-
-    async def _teardown(self) -> None:
-        if self.sandbox is None or self.config.keep_containers:
-            return
-        with self._timed("teardown"):
-            await self.sandbox.destroy()
-
-    async def _score(self, staged: Materialized) -> None:
-        try:
-            self.logs.check_rewards_whole()
-            rewards = await score(staged.logs_dir)
-        except RewardFileError as exc:
-            self._fail(exc, "verify")
-            return
-        self.result.rewards = rewards
-        self.result.reward = headline_reward(rewards)
-
     # -- the whole trial ----------------------------------------------------------------------
 
     async def run(self) -> TrialResult:
@@ -388,76 +335,6 @@ class Trial:
         if cancelled:
             raise asyncio.CancelledError
         return self.result
-
-    async def _finish(
-        self, staged: Materialized | None, verified: bool, cancelled: bool, started: float
-    ) -> None:
-        """Collect, score, tear down, write the result: each step bounded and guarded, none
-        skipped because an earlier one failed. A host abort skips collecting: the sandbox
-        goes now."""
-        sandbox = self.sandbox
-        if sandbox is not None and not sandbox.destroyed and staged is not None and not cancelled:
-            await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
-        await self._guarded("collect", self.logs.settle(self.scrubber, self.limits.collect_sec))
-        await self._guarded("agent", self._keep_model_record())
-        if not cancelled and staged is not None:
-            if verified and self.result.error is None:
-                await self._guarded("verify", self._score(staged))
-            await self._guarded("agent", self._judge_agent_report(staged))
-        try:
-            await asyncio.wait_for(self._teardown(), self.limits.teardown_sec)
-        except Exception as exc:
-            if self.result.rewards:  # a scored trial stays scored; the leak is reported
-                self.result.warnings.append(f"teardown failed: {type(exc).__name__}: {exc}")
-            else:
-                self._fail(exc, "teardown")
-        if cancelled:
-            self.result.status = "cancelled"
-            if self.result.agent.termination is None and self._phase == "agent":
-                self.result.agent.termination = "aborted"  # None: the agent never ran
-        else:
-            self.result.status = "success" if self.result.rewards else "failure"
-        if self.link is not None:
-            await self._guarded("teardown", self.link.release())
-        self.result.timings.total = time.monotonic() - started
-        self.result.finished_at = _now()
-        await self._write_result()
-
-    async def _guarded(
-        self, phase: Phase, step: Coroutine[Any, Any, None], limit: float | None = None
-    ) -> None:
-        """Run one finishing step; whatever it raises is recorded, and the next step runs."""
-        try:
-            await asyncio.wait_for(step, limit)
-        except Exception as exc:
-            self._fail(exc, phase)
-
-    async def _keep_model_record(self) -> None:
-        if self.link is not None:
-            await self.link.keep(self.result, self.trial_dir / "logs" / "agent", self.scrubber)
-
-    async def _judge_agent_report(self, staged: Materialized) -> None:
-        """A problem the agent reports is an `agent` error when nothing was scored (the
-        missing reward is its consequence), else a warning."""
-        problem = await self.agent.problem(staged.logs_dir)
-        if problem is None:
-            return
-        error = self.result.error
-        if self.result.rewards or (error is not None and error.type != RewardFileError.__name__):
-            self.result.warnings.append(problem)  # scored, or failed for a reason of its own
-            return
-        self.result.error = None
-        self._fail(WorkflowError(problem), "agent")
-
-    async def _write_result(self) -> None:
-        """Written whole or not at all (a temporary file, then a rename): a job killed while
-        writing it leaves no half a result for `--resume` to misread."""
-        await run_blocking(self.trial_dir.mkdir, parents=True, exist_ok=True)
-        text = self.scrubber.text(self.result.model_dump_json(indent=2))
-        partial = self.trial_dir / f".result.json.{os.getpid()}"
-        async with aiofiles.open(partial, "w", encoding="utf-8") as out:
-            await out.write(text)
-        await run_blocking(os.replace, partial, self.trial_dir / "result.json")
 
 
 async def run_trial(

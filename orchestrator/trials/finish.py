@@ -1,0 +1,168 @@
+"""A trial's finishing steps, after its phases: collect `/logs`, keep the model record, score,
+judge the agent's report, tear down, write `result.json`; and the record they complete (each
+phase's time, the first error).
+
+Apart from the phases (`trial.py`) because they hold one promise of their own: whatever came
+before (an error in any phase, a cancel, a lost sandbox), every step runs, bounded and guarded,
+none skipped because an earlier one failed, and the trial ends with a `result.json`. `Trial`
+inherits them: they read and record the trial's own state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Coroutine, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiofiles
+
+from orchestrator.common.errors import RewardFileError, TrialboxError, WorkflowError
+from orchestrator.common.limits import Limits
+from orchestrator.common.offload import run_blocking
+from orchestrator.common.scrub import Scrubber
+from orchestrator.sandbox import Sandbox
+from orchestrator.trials.agents import Agent
+from orchestrator.trials.collect import LogCollector
+from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.materialize import Materialized
+from orchestrator.trials.model_link import ModelLink
+from orchestrator.trials.result import Phase, TrialError, TrialResult
+from orchestrator.trials.rewards import headline_reward
+from orchestrator.trials.verifier import score
+
+
+class TrialFinish:
+    """The finishing steps of a `Trial` (its base class), and the record they complete."""
+
+    # The trial's state, set by `Trial.__init__` and its phases.
+    agent: Agent
+    config: TrialConfig
+    limits: Limits
+    trial_dir: Path
+    logs: LogCollector
+    scrubber: Scrubber
+    result: TrialResult
+    sandbox: Sandbox | None
+    link: ModelLink | None
+    _phase: Phase
+
+    # -- the record ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _timed(self, phase: Phase) -> Iterator[None]:
+        self._phase = phase
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            timings = self.result.timings
+            setattr(timings, phase, getattr(timings, phase) + time.monotonic() - started)
+
+    def _fail(self, exc: BaseException, phase: Phase | None = None) -> None:
+        if self.result.error is not None:
+            return  # the first error is the cause; later ones are consequences
+        category = exc.category if isinstance(exc, TrialboxError) else "infra"
+        self.result.error = TrialError(
+            category=category,
+            phase=phase or self._phase,
+            type=type(exc).__name__,
+            message=self.scrubber.text(str(exc)),
+            discardable=category == "infra",
+        )
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    async def _finish(
+        self, staged: Materialized | None, verified: bool, cancelled: bool, started: float
+    ) -> None:
+        """Collect, score, tear down, write the result: each step bounded and guarded, none
+        skipped because an earlier one failed. A host abort skips collecting: the sandbox
+        goes now."""
+        sandbox = self.sandbox
+        if sandbox is not None and not sandbox.destroyed and staged is not None and not cancelled:
+            await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
+        await self._guarded("collect", self.logs.settle(self.scrubber, self.limits.collect_sec))
+        await self._guarded("agent", self._keep_model_record())
+        if not cancelled and staged is not None:
+            if verified and self.result.error is None:
+                await self._guarded("verify", self._score(staged))
+            await self._guarded("agent", self._judge_agent_report(staged))
+        try:
+            await asyncio.wait_for(self._teardown(), self.limits.teardown_sec)
+        except Exception as exc:
+            if self.result.rewards:  # a scored trial stays scored; the leak is reported
+                self.result.warnings.append(f"teardown failed: {type(exc).__name__}: {exc}")
+            else:
+                self._fail(exc, "teardown")
+        if cancelled:
+            self.result.status = "cancelled"
+            if self.result.agent.termination is None and self._phase == "agent":
+                self.result.agent.termination = "aborted"  # None: the agent never ran
+        else:
+            self.result.status = "success" if self.result.rewards else "failure"
+        if self.link is not None:
+            await self._guarded("teardown", self.link.release())
+        self.result.timings.total = time.monotonic() - started
+        self.result.finished_at = datetime.now(UTC)
+        await self._write_result()
+
+    async def _guarded(
+        self, phase: Phase, step: Coroutine[Any, Any, None], limit: float | None = None
+    ) -> None:
+        """Run one finishing step; whatever it raises is recorded, and the next step runs."""
+        try:
+            await asyncio.wait_for(step, limit)
+        except Exception as exc:
+            self._fail(exc, phase)
+
+    async def _collect(self, sandbox: Sandbox) -> None:
+        with self._timed("collect"):
+            self.result.warnings.extend(await self.logs.collect(sandbox, self.scrubber))
+
+    async def _keep_model_record(self) -> None:
+        if self.link is not None:
+            await self.link.keep(self.result, self.trial_dir / "logs" / "agent", self.scrubber)
+
+    async def _score(self, staged: Materialized) -> None:
+        try:
+            self.logs.check_rewards_whole()
+            rewards = await score(staged.logs_dir)
+        except RewardFileError as exc:
+            self._fail(exc, "verify")
+            return
+        self.result.rewards = rewards
+        self.result.reward = headline_reward(rewards)
+
+    async def _judge_agent_report(self, staged: Materialized) -> None:
+        """A problem the agent reports is an `agent` error when nothing was scored (the
+        missing reward is its consequence), else a warning."""
+        problem = await self.agent.problem(staged.logs_dir)
+        if problem is None:
+            return
+        error = self.result.error
+        if self.result.rewards or (error is not None and error.type != RewardFileError.__name__):
+            self.result.warnings.append(problem)  # scored, or failed for a reason of its own
+            return
+        self.result.error = None
+        self._fail(WorkflowError(problem), "agent")
+
+    async def _teardown(self) -> None:
+        if self.sandbox is None or self.config.keep_containers:
+            return
+        with self._timed("teardown"):
+            await self.sandbox.destroy()
+
+    async def _write_result(self) -> None:
+        """Written whole or not at all (a temporary file, then a rename): a job killed while
+        writing it leaves no half a result for `--resume` to misread."""
+        await run_blocking(self.trial_dir.mkdir, parents=True, exist_ok=True)
+        text = self.scrubber.text(self.result.model_dump_json(indent=2))
+        partial = self.trial_dir / f".result.json.{os.getpid()}"
+        async with aiofiles.open(partial, "w", encoding="utf-8") as out:
+            await out.write(text)
+        await run_blocking(os.replace, partial, self.trial_dir / "result.json")
