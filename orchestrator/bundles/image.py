@@ -2,7 +2,7 @@
 
 The task image itself is not touched (a bundle trial and any other trial of the task share
 it); the Docker backend builds one more image FROM it with these files in its venv's
-site-packages (`ImageBuilder._with_venv_extra`). Besides the dependencies, the files hold a
+site-packages (`backends/docker/venv_extra.py`). Besides the dependencies, the files hold a
 `.pth` line that puts the folder each trial uploads the bundle's own code into on the venv's
 path, so the code installs without a step in the image and without PYTHONPATH.
 """

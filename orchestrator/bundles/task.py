@@ -1,7 +1,8 @@
 """A task as a bundle runs it: the same folder, plus the dependencies its image's venv needs.
 
-The Docker backend's image builder finds `venv_extra` on the task it is asked to build and
-adds those packages in an image of their own, FROM the task's (docs/bundles.md).
+The Docker backend's image builder knows such a task by its `venv_extra` (the protocol
+`CarriesVenvExtra`, in `backends/docker/venv_extra.py`, since a backend cannot import this
+class) and adds those packages in an image of their own, FROM the task's (docs/bundles.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from orchestrator.backends.docker.dockerfile import (
     final_stage_may_add_python,
     runtime_block,
 )
-from orchestrator.backends.docker.images import ImageBuilder, _PullFailed
+from orchestrator.backends.docker.images import ImageBuilder
+from orchestrator.backends.docker.pulls import _PullFailed
 from orchestrator.backends.fake import FakeBackend
 from orchestrator.sandbox import ImageOutcome
 from tests.conftest import write_task

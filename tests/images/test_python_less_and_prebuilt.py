@@ -19,6 +19,7 @@ import pytest
 
 from orchestrator import TaskError, TrialConfig, load_task, run_trial
 from orchestrator.backends.docker import images
+from orchestrator.backends.docker import prebuilt as prebuilt_module
 from orchestrator.backends.docker.images import TASK_REPO, ImageBuilder
 from orchestrator.common.errors import ImageBuildError, TaskBuildError
 from tests.conftest import BASE_IMAGE, BASE_IMAGE_MAP, OFFICIAL_IMAGE
@@ -211,13 +212,13 @@ async def test_an_unpullable_docker_image_falls_back_to_the_dockerfile_with_a_wa
     make_task: MakeTask, docker_ready: docker.DockerClient, no_python: str, monkeypatch
 ) -> None:
     pulls: list[str] = []
-    real_pull = images._pull_blocking
+    real_pull = prebuilt_module._pull_blocking
 
     def counting_pull(ref: str) -> str:
         pulls.append(ref)
         return real_pull(ref)
 
-    monkeypatch.setattr(images, "_pull_blocking", counting_pull)
+    monkeypatch.setattr(prebuilt_module, "_pull_blocking", counting_pull)
     task = load_task(
         make_task(
             "fallback",

@@ -20,7 +20,6 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Protocol
 
 import docker.errors
 
@@ -30,7 +29,6 @@ from orchestrator.backends.docker.dockerfile import MIN_PYTHON
 from orchestrator.backends.docker.wheelhouse import cache_dir, ensure_wheelhouse, runtime_wheel
 
 CONTEXT_DIR = "trialbox-venv"
-EXTRA_DIR = "trialbox-venv-extra"
 PROBE_TIMEOUT_SEC = 60  # the probe runs `python3 -c print`: seconds at most
 LINK_MODE = stat.S_IFLNK | 0o777  # a context entry with this mode is a symlink to its bytes
 _PROBE = (
@@ -197,26 +195,3 @@ def copy_block() -> str:
         "\n# --- trialbox runtime layer (appended by trialbox) ---\n"
         f"COPY {CONTEXT_DIR} {VENV_DIR}\n"
     )
-
-
-class VenvExtra(Protocol):
-    """Packages added to the runtime venv of a task's image, made on the host for the image's
-    own CPython (a bundle's dependencies: `orchestrator/bundles/image.py`). A task that
-    carries one as `venv_extra` gets an image of its own, FROM the task's image."""
-
-    def site_files(self, python: ImagePython, arch: str) -> dict[str, tuple[bytes, int]]:
-        """The files to add, by path relative to the venv's site-packages."""
-        ...
-
-
-def extra_context(
-    base: str, python: ImagePython, files: dict[str, tuple[bytes, int]]
-) -> dict[str, tuple[bytes, int]]:
-    """The build context of `base` with `files` added to its venv's site-packages: one COPY
-    (root's, whatever USER is), so the image's tag is a hash of `base`'s and of the files."""
-    context = {f"{EXTRA_DIR}/{name}": entry for name, entry in files.items()}
-    site = f"{VENV_DIR}/lib/python{python.minor}/site-packages/"
-    dockerfile = f"FROM {base}\n# --- added to trialbox's runtime venv ---\n"
-    dockerfile += f"COPY {EXTRA_DIR} {site}\n"
-    context["Dockerfile"] = (dockerfile.encode(), 0o644)
-    return context

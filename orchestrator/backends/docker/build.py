@@ -1,0 +1,124 @@
+"""One image build: its plan, the tag that is a hash of its inputs, the engine's build, and
+whose fault a failure is.
+
+Apart from the builder (`images.py`), which decides what to build and keeps builds
+single-flight, so that its prebuilt and venv-extra paths (`prebuilt.py`, `venv_extra.py`) can
+make plans and check images without importing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import docker.errors
+
+from orchestrator.backends.docker import api as docker_api
+from orchestrator.backends.docker.venv_layer import ImagePython
+from orchestrator.common.archive import tar_of_files
+from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, TaskBuildError
+from orchestrator.sandbox.backend import RuntimeState
+
+TASK_REPO = "trialbox-env"
+LOG_TAIL_LINES = 40
+LOG_CAP_CHARS = 4 * 1024 * 1024
+
+
+def _digest(files: Mapping[str, tuple[bytes, int]]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(files):
+        data, mode = files[name]
+        h.update(f"{name}\0{mode & 0o111:o}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def with_tag(
+    repo: str, context: dict[str, tuple[bytes, int]]
+) -> tuple[str, dict[str, tuple[bytes, int]]]:
+    """`repo:<hash of the context>`, and the context."""
+    return f"{repo}:{_digest(context)[:20]}", context
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything needed to build (or find) one task image. Internal: not a contract, and
+    not validated, since a context may be large."""
+
+    tag: str
+    timeout_sec: float
+    context: Mapping[str, tuple[bytes, int]] = field(repr=False)
+    python: ImagePython | None = None  # the image's CPython, when the venv is copied in
+    runtime: RuntimeState = "unknown"  # see ImageOutcome.runtime
+    warnings: tuple[str, ...] = ()
+    image_id: str | None = None  # set: nothing to build, `tag` names this local image as is
+
+    @property
+    def dockerfile(self) -> str:
+        return self.context["Dockerfile"][0].decode()
+
+
+# Errors of the task's own Dockerfile, as the engine words them; anything else (the engine,
+# the network, a missing base image) is not the task's fault.
+# A Dockerfile that needs BuildKit (`COPY --chmod`, `RUN --mount`) cannot be built by the
+# engine's classic builder, which trialbox drives: the task cannot be used here, say so.
+_TASK_FAULTS = (
+    "returned a non-zero code", "dockerfile parse error", "unknown instruction",
+    "requires buildkit",
+)  # fmt: skip
+_BUILDKIT_HINT = (
+    " (trialbox builds with the engine's classic builder: replace BuildKit-only syntax such as "
+    "COPY --chmod with COPY and RUN chmod)"
+)
+
+
+def _build_failed(plan: BuildPlan, why: str, lines: list[str]) -> ImageBuildError:
+    tail = "\n".join(lines[-LOG_TAIL_LINES:])
+    full = "\n".join(lines)[-LOG_CAP_CHARS:]
+    if any(fault in why.lower() for fault in _TASK_FAULTS):
+        hint = _BUILDKIT_HINT if "requires buildkit" in why.lower() else ""
+        return TaskBuildError(f"building {plan.tag}: {why}{hint}", tail, log=full)
+    return ImageBuildError(f"building {plan.tag} failed: {why}", tail, log=full)
+
+
+def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> list[str]:
+    """Build the plan's image; the build log's lines."""
+    api = docker_api.docker_client().api
+    lines: list[str] = []
+    stream = api.build(
+        fileobj=io.BytesIO(tar_of_files(plan.context)),
+        custom_context=True,
+        tag=plan.tag,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        decode=True,
+        labels=labels or None,
+        timeout=int(plan.timeout_sec) + 30,
+    )
+    for chunk in stream:
+        if "stream" in chunk:
+            lines.extend(line for line in chunk["stream"].splitlines() if line.strip())
+        if "error" in chunk:
+            lines.append(chunk["error"].strip())
+            raise _build_failed(plan, chunk["error"].strip(), lines)
+    if not _image_exists_blocking(plan.tag):
+        raise _build_failed(plan, "the build ended without an image", lines)
+    return lines
+
+
+def _image_exists_blocking(tag: str) -> bool:
+    try:
+        docker_api.docker_client().api.inspect_image(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+async def image_exists(tag: str) -> bool:
+    try:
+        return await docker_api.call(f"inspect image {tag}", _image_exists_blocking, tag)
+    except SandboxNotFoundError:
+        return False
