@@ -28,7 +28,9 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
 
 
 def ray_config(args: Any, node: Any = None) -> RayBackendConfig | None:
-    """The cluster `--ray` names (None without it); `node` is what each node runs."""
+    """The cluster `--ray` names (None without it); `node` is what each node runs. `args`:
+    argparse's namespace, or `trialbox run`'s settings (where a job file or TRIALBOX_RAY and
+    TRIALBOX_REGISTRY may have given them)."""
     address, registry = getattr(args, "ray", None), getattr(args, "registry", None)
     if address is None:
         if registry is not None:

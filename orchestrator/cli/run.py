@@ -137,7 +137,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="finish a job that stopped, in its folder and id, as its config.json says: "
         "(task, attempt) pairs with no result, or whose result is infra or cancelled, run "
         "again; every other result is kept untouched. Only -n/--n-concurrent, --max-retries, "
-        "--keep-containers and --json may be given with it (environment and -c do not apply)",
+        "--keep-containers, --json, --ray and --registry may be given with it (environment and "
+        "-c do not apply)",
     )
     for action in run._actions:  # only what the user typed reaches the namespace
         action.default = SUPPRESS
@@ -179,7 +180,7 @@ def _labels(settings: RunSettings, tasks: list[Task]) -> tuple[dict[str, Any], d
     return {}, {name: {"label": v} for name, v in per_task.items() if name in selected}
 
 
-def _new_job(settings: RunSettings, args: argparse.Namespace) -> _Job:
+def _new_job(settings: RunSettings) -> _Job:
     if settings.path is None:
         raise ValueError("give PATH (a task folder, or a folder of task folders), or --resume")
     tasks = tasks_of(settings)
@@ -187,7 +188,7 @@ def _new_job(settings: RunSettings, args: argparse.Namespace) -> _Job:
     agent = parse_agent(settings.agent_spec())
     for task in tasks:  # a ${VAR} the host does not set: said once, before any container
         task.check_env_vars(include_solution=agent.runs_solution)
-    config = on_cluster(config_of(settings), args)
+    config = on_cluster(config_of(settings), settings)
     jobs_dir = config.jobs_dir.resolve()
     if settings.job_name is None:
         job_id = fresh_job_id(jobs_dir)
@@ -344,7 +345,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             raise ValueError("-c/--config: not with --resume, which reads the job's config.json")
         plan = _resumed_job(resume, given, args)
     else:
-        plan = _new_job(load_settings(given, getattr(args, "config", None)), args)
+        plan = _new_job(load_settings(given, getattr(args, "config", None)))
     if plan.json_output and not console.stderr:
         console = Console(stderr=True)  # stdout is the JSON's alone
     return asyncio.run(_drive(plan, console))

@@ -38,8 +38,11 @@ _FIELD_OF_KEY = {key: field for field, key in _KEY_OF_FIELD.items()}
 _ENV_OF_FIELD = {"base_image": BASE_IMAGE_MAP_ENV}
 # Paths in a job file are relative to the file's folder, not to where trialbox runs.
 _PATH_FIELDS = ("path", "jobs_dir", "labels", "workflow_config")
-# What may change when a job is resumed: none of it changes what a trial does.
-RESUME_OVERRIDES = ("n_concurrent", "max_retries", "keep_containers", "json_output")
+# What may change when a job is resumed: none of it changes what a trial does (nor does the
+# cluster it runs on: a resumed job may name its cluster anew).
+RESUME_OVERRIDES = (
+    "n_concurrent", "max_retries", "keep_containers", "json_output", "ray", "registry",
+)  # fmt: skip
 _FILE_SOURCES = {
     ".toml": TomlConfigSettingsSource,
     ".yaml": YamlConfigSettingsSource,
@@ -66,6 +69,8 @@ class RunOptions(BaseModel):
     keep_containers: bool = False
     base_image: list[str] = Field(default_factory=list)
     backend: Literal["docker", "fake"] = "docker"
+    ray: str | None = None
+    registry: str | None = None
     no_internet: bool = False
     force_build: bool = False
     clip_resources: bool = False
@@ -202,6 +207,12 @@ def load_settings(
 
 def _check_together(settings: RunOptions, where: Callable[[str], str]) -> None:
     """An option that means something only with another, said where it was given."""
+    if settings.registry is not None and settings.ray is None:
+        raise ValueError(
+            f"{where('registry')}: a registry is where a Ray cluster's nodes share images, and "
+            "no cluster is given: give one (--ray ADDRESS, $TRIALBOX_RAY, or ray in the job "
+            "file), or leave the registry out"
+        )
     if settings.workflow_config is None:
         return
     kind, _, rest = settings.agent.partition(":")
@@ -234,6 +245,7 @@ def resume_overrides(given: Mapping[str, Any]) -> dict[str, Any]:
         flags = ", ".join(_flag(field) for field in refused)
         raise ValueError(
             f"{flags}: not with --resume, which runs the job as its config.json says (only "
-            "--n-concurrent, --max-retries, --keep-containers and --json may change)"
+            "--n-concurrent, --max-retries, --keep-containers, --json, --ray and --registry "
+            "may change)"
         )
     return dict(given)
