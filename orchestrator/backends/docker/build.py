@@ -74,9 +74,41 @@ _BUILDKIT_HINT = (
 )
 
 
+# What a step prints when the build's network cannot reach the internet (apt, curl, wget,
+# git, pip, uv, npm, go): the task may be sound, this machine cannot build it. That sample
+# says nothing about the policy, so it is infra, not the task's fault.
+_OFFLINE_SIGNS = (
+    "temporary failure resolving", "temporary failure in name resolution",
+    "could not resolve", "unable to resolve host", "name or service not known",
+    "no address associated with hostname", "network is unreachable",
+    "failed to establish a new connection", "getaddrinfo enotfound", "dial tcp: lookup",
+    "dns error",
+)  # fmt: skip
+_OFFLINE_HINT = (
+    " (its output says the network could not be reached: this engine's builds have no"
+    " internet; build where they have, or give the task a prebuilt docker_image)"
+)
+
+
+def _failing_step(lines: list[str]) -> list[str]:
+    """The log's lines from the last `Step N/M :` on: what the failing step printed."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Step ")]
+    return lines[starts[-1] :] if starts else lines
+
+
+def offline_build(why: str, lines: list[str]) -> bool:
+    """Whether a failed RUN step failed because the internet could not be reached."""
+    if "returned a non-zero code" not in why.lower():
+        return False
+    printed = "\n".join(_failing_step(lines)).lower()
+    return any(sign in printed for sign in _OFFLINE_SIGNS)
+
+
 def _build_failed(plan: BuildPlan, why: str, lines: list[str]) -> ImageBuildError:
     tail = "\n".join(lines[-LOG_TAIL_LINES:])
     full = "\n".join(lines)[-LOG_CAP_CHARS:]
+    if offline_build(why, lines):
+        return ImageBuildError(f"building {plan.tag} failed: {why}{_OFFLINE_HINT}", tail, log=full)
     if any(fault in why.lower() for fault in _TASK_FAULTS):
         hint = _BUILDKIT_HINT if "requires buildkit" in why.lower() else ""
         return TaskBuildError(f"building {plan.tag}: {why}{hint}", tail, log=full)

@@ -1,0 +1,57 @@
+"""A Dockerfile step that fails because the build cannot reach the internet is this
+machine's limit, not the task's fault: `infra` (discard, retry where builds have the
+internet), never a `validation` that would write the task off as broken."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import TrialConfig, run_trial
+from orchestrator.backends.docker.build import offline_build
+from tests.conftest import DEFAULT_DOCKERFILE, MakeTask
+
+FAILED_RUN = "The command '/bin/sh -c apt-get update' returned a non-zero code: 100"
+
+
+@pytest.mark.parametrize(
+    "printed",
+    [
+        "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  "
+        "Temporary failure resolving 'deb.debian.org'",
+        "curl: (6) Could not resolve host: github.com",
+        "WARNING: Retrying ... Failed to establish a new connection: [Errno -3] "
+        "Temporary failure in name resolution",
+        "error: Failed to fetch: `https://files.example.test/x.whl` Caused by: dns error",
+        "npm ERR! errno ENOTFOUND getaddrinfo ENOTFOUND registry.example.test",
+    ],
+)
+def test_the_words_of_an_unreachable_network_mark_a_failed_step_offline(printed: str) -> None:
+    lines = ["Step 1/3 : FROM debian", "Step 2/3 : RUN apt-get update", printed, FAILED_RUN]
+    assert offline_build(FAILED_RUN, lines)
+
+
+def test_only_the_failing_steps_output_counts() -> None:
+    earlier = [
+        "Step 2/3 : RUN apt-get update || true",
+        "Temporary failure resolving 'deb.debian.org'",
+        "Step 3/3 : RUN test -f /missing",
+    ]
+    failed = "The command '/bin/sh -c test -f /missing' returned a non-zero code: 1"
+    assert not offline_build(failed, [*earlier, failed])
+    assert not offline_build("dockerfile parse error line 3", ["could not resolve host"])
+
+
+async def test_a_step_that_cannot_reach_the_network_is_infra_with_a_hint(
+    config: TrialConfig, make_task: MakeTask
+) -> None:
+    # The step prints what apt prints on a machine without internet and exits as apt does;
+    # the test itself sends nothing off this machine.
+    step = "RUN echo \"E: Temporary failure resolving 'deb.debian.org'\" && exit 100\n"
+    task = make_task(dockerfile=DEFAULT_DOCKERFILE + step)
+    result = await run_trial(task, "nop", config=config)
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("infra", "image")
+    assert result.error.type == "ImageBuildError"
+    assert "returned a non-zero code: 100" in result.error.message
+    assert "builds have no internet" in result.error.message
+    assert result.reward is None
