@@ -21,6 +21,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.sandbox import Backend
 from orchestrator.service.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
+from orchestrator.trials.bundle_agent import BundleAgent
 from orchestrator.trials.config import TrialConfig
 
 
@@ -28,8 +29,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "prewarm",
         help="build the images of one task folder or of every task folder inside PATH",
-        description="Build every distinct image the tasks need, reusing what exists. Exit "
-        "code 1 when any build failed.",
+        description="Build every distinct image the tasks need, reusing what exists (with "
+        "--bundle: the images that bundle's trials use). Exit code 1 when any build failed.",
     )
     add_task_options(parser)
     add_base_image_option(parser)
@@ -44,6 +45,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="build each task's environment/Dockerfile even when its task.toml names a "
         "prebuilt docker_image (Harbor's --force-build; TrialConfig.force_build for trials)",
+    )
+    parser.add_argument(
+        "--bundle",
+        metavar="WHEEL_OR_PROJECT",
+        help="build the images this workflow bundle's trials use: each task's with the "
+        "bundle's dependencies in its venv (a project folder is built first)",
     )
     add_ray_options(parser)
     parser.set_defaults(handler=handle)
@@ -104,19 +111,24 @@ async def _prewarm_nodes(args: argparse.Namespace, console: Console, config: Tri
     return 1 if failed else 0
 
 
-async def _prewarm(args: argparse.Namespace, console: Console) -> int:
+async def _prewarm(
+    args: argparse.Namespace, console: Console, bundle: BundleAgent | None = None
+) -> int:
     started = time.monotonic()
     config = on_cluster(config_of(args), args)
     if config.backend.type == "ray":
         return await _prewarm_nodes(args, console, config)
     tasks = tasks_of(args)
+    title = f"images of {len(tasks)} task(s)"
+    if bundle is not None:
+        title += f" with bundle {bundle.info.name}'s dependencies"
     with progress_bar(console) as progress:
-        bar = progress.add_task(f"images of {len(tasks)} task(s)", total=None)
+        bar = progress.add_task(title, total=None)
         try:
             rows = await prewarm(
                 tasks, base_image_map=config.base_image_map, max_parallel=args.max_parallel,
                 backend=config.backend.build(config.limits), force_build=args.force_build,
-                on_done=lambda _row: progress.advance(bar),
+                on_done=lambda _row: progress.advance(bar), agent=bundle,
             )  # fmt: skip
         except PrewarmError as exc:
             progress.stop()
@@ -133,4 +145,15 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.max_parallel < 1:
         print_error(console, "--max-parallel must be at least 1")
         return 1
-    return asyncio.run(_prewarm(args, console))
+    if args.bundle is not None and args.ray is not None:
+        # Refused rather than half done: a node is sent each task's folder alone, so it would
+        # warm the task's own image, not the bundle's, in a table that looks complete.
+        print_error(
+            console,
+            "--bundle with --ray: not supported; a cluster's nodes get each task's folder, not "
+            "the bundle's dependencies, so only the tasks' own images would be warmed. Leave "
+            "out --bundle to warm those on every node",
+        )
+        return 1
+    bundle = None if args.bundle is None else BundleAgent.load(args.bundle)  # builds a project
+    return asyncio.run(_prewarm(args, console, bundle))

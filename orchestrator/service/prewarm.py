@@ -1,5 +1,9 @@
 """Prewarm: build every distinct image some tasks need before serving, so the first rollouts
-do not pay for builds. Failures do not stop the others; they are reported together."""
+do not pay for builds. Failures do not stop the others; they are reported together.
+
+Given an agent, the images are those its trials use: each task as `Agent.for_task` makes it,
+the step a trial starts with (a bundle's task carries the bundle's dependencies, and its image
+is the task's with them in the venv)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from orchestrator.common.errors import TrialboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Backend, ImagePlan
 from orchestrator.tasks.task import Task, load_task
+from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
 
 # Measured with benchmarks/image_build.py on 2 cores (Docker's classic builder, fuse-overlayfs):
@@ -56,10 +61,13 @@ async def prewarm(
     max_parallel: int = DEFAULT_PARALLEL_BUILDS,
     on_done: Callable[[PrewarmRow], None] | None = None,
     force_build: bool = False,
+    agent: Agent | None = None,
 ) -> list[PrewarmRow]:
     """Build each distinct image once (up to `max_parallel` at a time), reusing what exists.
     `force_build` builds each task's environment/Dockerfile even when it names a prebuilt
     docker_image (as `TrialConfig.force_build` does for trials, so they find these images).
+    `agent`: the images its trials use (a bundle's, with its dependencies); a task it refuses
+    is a failed row. Without one, each task's own image.
 
     Raises PrewarmError, carrying every row, when any build failed.
     """
@@ -73,13 +81,14 @@ async def prewarm(
     failed_plans: list[PrewarmRow] = []
     for task in loaded:
         try:
-            plan = await backend.plan_image(task, mapping, force_build=force_build)
+            ready = task if agent is None else agent.for_task(task)  # as its trials start
+            plan = await backend.plan_image(ready, mapping, force_build=force_build)
         except Exception as exc:  # every failure becomes a row; the others still build
             failed_plans.append(
                 PrewarmRow(tag=None, tasks=[task.name], status="failed", seconds=0, error=str(exc))
             )
             continue
-        by_tag.setdefault(plan.tag, []).append(task)
+        by_tag.setdefault(plan.tag, []).append(ready)
         plans[plan.tag] = plan
     slots = asyncio.Semaphore(max(1, max_parallel))
 
