@@ -15,7 +15,8 @@ it returns once a rollout's status changes, woken by the engine's own transition
 
 This module is the lifecycle: admit, load, hold a slot, run, settle, cancel, shut down. The
 parts with rules of their own live beside it: `loading` (a request's task and agent, each
-loaded once), `tombstones` (what must not start),
+loaded once), `trial_maker` (a rollout's trial, local or placed on a cluster node, and the
+model gateway local trials share), `tombstones` (what must not start),
 `watchers` (long polls), `status` (the documents a rollout reads as), `selection` (what a
 cancel names) and `callbacks` (the `Outbox` of POSTs on their way).
 """
@@ -37,7 +38,6 @@ from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
 from orchestrator.service.loading import Loader
-from orchestrator.service.placed import PlacedTrial
 from orchestrator.service.rollouts import (
     Disposition,
     DuplicateRollout,
@@ -54,13 +54,13 @@ from orchestrator.service.tombstones import (
     DEFAULT_MAX_TOMBSTONES,
     Tombstones,
 )
+from orchestrator.service.trial_maker import TrialMaker
 from orchestrator.service.ttl_cache import TtlCache
 from orchestrator.service.watchers import DEFAULT_MAX_LONG_POLLS, Watchers
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialResult
-from orchestrator.trials.trial import Trial
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class TrialEngine:
         self._closed = False
         self._outbox = Outbox()
         self._mean_trial_sec = 10.0
-        self._gateway: Gateway | None = None
+        self._trials = TrialMaker(self.config, self.backend, self.job_id)
         self.loop: asyncio.AbstractEventLoop | None = None
         _engines.add(self)
 
@@ -185,22 +185,7 @@ class TrialEngine:
     @property
     def gateway(self) -> Gateway | None:
         """The model gateway of this engine's rollouts, once one was needed."""
-        return self._gateway
-
-    def _model_gateway(self) -> Gateway | None:
-        """One gateway serves every rollout of the engine (made when first needed)."""
-        if self.config.model is None:
-            return None
-        if self._gateway is None:
-            self._gateway = Gateway()
-        return self._gateway
-
-    def _check_model(self, request: RolloutRequest) -> None:
-        if request.model is not None and self.config.model is None:
-            raise ValueError(
-                "this engine has no model settings (TrialConfig.model, or --model and "
-                "--model-url): a rollout cannot override them"
-            )
+        return self._trials.gateway
 
     async def submit(
         self,
@@ -223,7 +208,7 @@ class TrialEngine:
         rollout's trial id is derived from its rollout id (`ids.trial_id_for`).
         """
         self._admit(request)
-        self._check_model(request)
+        self._trials.check_model(request)
         if task is None or agent is None:
             loaded_task, loaded_agent = await self._loader.load(request)
             task, agent = task or loaded_task, agent or loaded_agent
@@ -265,7 +250,7 @@ class TrialEngine:
         result: TrialResult | None = None
         try:
             async with self._slots:
-                rollout.trial = self._new_trial(rollout)
+                rollout.trial = self._trials.new_trial(rollout, lambda: self._grading(rollout))
                 self._watchers.notify(request.rollout_id)  # queued -> running
                 result = await rollout.trial.run()
         except asyncio.CancelledError:
@@ -279,28 +264,6 @@ class TrialEngine:
             if result is None:
                 result = rollout.result_without_trial(self.job_id)
             self._settle(rollout, result)
-
-    def _new_trial(self, rollout: InFlight) -> Trial:
-        """The rollout's trial: here, or on a cluster node when the backend places trials
-        (`Backend.placement`); either has the same `result` and `run()`."""
-        request = rollout.request
-        placement = self.backend.placement
-        if placement is not None:
-            return PlacedTrial(  # type: ignore[return-value]
-                placement, rollout.task, rollout.agent, config=self.config,
-                trial_id=rollout.trial_id, job_id=self.job_id, rollout_id=request.rollout_id,
-                session_id=request.session_id, prompt=request.prompt, model=request.model,
-                metadata=request.metadata, attempt=rollout.attempt,
-                on_grading=lambda _trial: self._grading(rollout),
-            )  # fmt: skip
-        return Trial(
-            rollout.task, rollout.agent, config=self.config, backend=self.backend,
-            trial_id=rollout.trial_id, job_id=self.job_id,
-            rollout_id=request.rollout_id, session_id=request.session_id,
-            prompt=request.prompt, model=request.model, gateway=self._model_gateway(),
-            metadata=request.metadata, attempt=rollout.attempt,
-            on_grading=lambda _trial: self._grading(rollout),
-        )  # fmt: skip
 
     def _settle_if_live(self, rollout: InFlight) -> None:
         if self._live.get(rollout.request.rollout_id) is rollout:
@@ -405,9 +368,7 @@ class TrialEngine:
             await self.cancel(all=True)
         # Callbacks of the last rollouts still go out, within a bound.
         await self._outbox.drain(CALLBACK_DRAIN_SEC)
-        if self._gateway is not None:
-            await self._gateway.aclose()
-            self._gateway = None
+        await self._trials.aclose()
         self._watchers.notify_all()  # long polls answer now: nothing more changes
 
     async def __aenter__(self) -> TrialEngine:

@@ -4,6 +4,9 @@ Every rollout the engine accepted must end with a result, including one cancelle
 waited for a slot (no trial ever ran) and one whose trial crashed through a bug (the trial
 wrote none). `result_without_trial` is that result, so `wait`, the status and the callbacks
 see an ending in every case.
+
+Its trial, once it holds a slot, is local (`trials.trial.Trial`) or placed on a cluster node
+(`service.placed.PlacedTrial`); `RolloutTrial` is what the engine uses of either.
 """
 
 from __future__ import annotations
@@ -11,19 +14,30 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from orchestrator.service.rollouts import RolloutRequest
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.result import TrialError, TrialResult
-from orchestrator.trials.trial import Trial
+
+
+class RolloutTrial(Protocol):
+    """A rollout's trial as the engine uses it: `result` as it goes (the live status reads its
+    `status`, grading included), and `run()`, which ends with the result written. A cancel
+    reaches the trial by cancelling the task awaiting `run()`."""
+
+    @property
+    def result(self) -> TrialResult: ...
+
+    async def run(self) -> TrialResult: ...
 
 
 @dataclass
 class InFlight:
-    """The request with its loaded task and agent; `trial` once it holds a slot; `runner`,
-    the task driving it (cancelling it is how a cancel reaches the rollout); `done`, its
-    result once settled."""
+    """The request with its loaded task and agent; `trial` (local or placed) once it holds a
+    slot; `runner`, the task driving it (cancelling it is how a cancel reaches the rollout);
+    `done`, its result once settled."""
 
     request: RolloutRequest
     task: Task
@@ -31,7 +45,7 @@ class InFlight:
     attempt: int
     done: asyncio.Future[TrialResult]
     trial_id: str
-    trial: Trial | None = None
+    trial: RolloutTrial | None = None
     runner: asyncio.Task[None] | None = None
 
     @property
