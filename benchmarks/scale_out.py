@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # one mode for every process (tests/conftest.py)
 
 import argparse
 import asyncio

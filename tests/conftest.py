@@ -42,6 +42,13 @@ LABEL_OWNER = "trialbox.owner"
 BUILT_REPOS = frozenset({"trialbox-env", "trialbox-tools"})
 TEST_IMAGE_PREFIX = "trialbox-test-"
 
+# Ray (2.5x and later) turns on token authentication for every new local cluster and writes a
+# token to ~/.ray/auth_token; from then on every Ray process on the machine that finds the
+# token but no RAY_AUTH_MODE switches mode on its own, and the test clusters (which bind to
+# 127.0.0.1 only) lose their drivers. Saying the mode once here, for this process and every
+# process the tests start, keeps them agreeing and leaves no token file behind.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
 # Every trial this test session starts is labelled with this owner, so the leak check below
 # finds exactly our containers and never touches those of someone else using the engine.
 TEST_OWNER = f"trialbox-tests-{uuid.uuid4().hex[:12]}"

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from orchestrator.service.inflight import RolloutTrial
 from orchestrator.service.rollouts import RolloutStatus
 from orchestrator.trials.result import TrialResult
-from orchestrator.trials.trial import Trial
 
 FINAL = frozenset({"success", "failure", "cancelled"})
 """The outcomes: once a rollout has settled on one, only its expiry changes what it reads."""
 
 
-def live_status(rollout_id: str, trial: Trial | None) -> RolloutStatus:
+def live_status(rollout_id: str, trial: RolloutTrial | None) -> RolloutStatus:
     """A rollout in flight: queued until it holds a slot, then its trial's own status.
 
     A trial whose outcome is known but whose result is still being written reads `grading`,
