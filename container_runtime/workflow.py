@@ -117,7 +117,8 @@ class AgentWorkflow(abc.ABC):
         """Do the task; the return value (JSON-serialisable) becomes the result's output.
 
         Returning nothing is fine: the conversation the model gateway recorded becomes the
-        trial's ``trajectory.json`` on the host all the same."""
+        trial's ``trajectory.json``, and the grader's ``ctx.messages`` when the workflow
+        appended none."""
 
 
 class GraderContext:

@@ -6,6 +6,9 @@ finds the same environment: `OPENAI_BASE_URL` pointing at 127.0.0.1 inside its o
 This works the same with network mode none and with a network, so recording and limits
 always hold. After the agent, the record becomes `agent/gateway.json` and, when the agent
 called the model, `agent/trajectory.json` in ATIF (with token ids when the upstream gave them).
+Before the verifier, an agent that saved no conversation of its own gets the recorded one as
+its `/logs/agent/trajectory.json` in the sandbox, so a grader scores what the model was told
+and answered even when the workflow returned nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import aiofiles
 
-from container_runtime import __version__
+from container_runtime import __version__, paths
 from container_runtime.contract import ContainerInput
 from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.common.errors import AgentSpecError, SandboxError
@@ -31,6 +34,8 @@ from orchestrator.trials.result import TrialResult
 
 GATEWAY_DIR = "/run/trialbox-gateway"
 FORWARD_START_SEC = 30.0
+HAND_OVER_SEC = 30.0
+SANDBOX_TRAJECTORY = f"{paths.AGENT_DIR}/trajectory.json"
 
 
 class ModelLink:
@@ -44,6 +49,7 @@ class ModelLink:
         self.model = model
         self.slot: Slot | None = None
         self.base_url: str | None = None
+        self._handed_over = False  # the sandbox's trajectory.json is the record's, not the agent's
 
     async def open(
         self, *, trial_id: str, rollout_id: str | None, capabilities: Capabilities
@@ -112,6 +118,28 @@ class ModelLink:
     def record(self) -> GatewayRecord | None:
         return None if self.slot is None else self.slot.record
 
+    async def hand_over(self, sandbox: Sandbox, *, agent_name: str, scrubber: Scrubber) -> None:
+        """Give the verifier the recorded conversation as `/logs/agent/trajectory.json`
+        when the agent wrote none (a workflow that returned nothing, a CLI agent): scrubbed,
+        root's, readable by any verifier user. An agent's own trajectory is left as it is."""
+        record = self.record
+        if record is None:
+            return
+        try:
+            doc = trajectory_from_record(record, agent_name=agent_name, agent_version=__version__)
+        except ValueError:
+            return  # no chat completion succeeded: nothing to hand over
+        found = await sandbox.exec(
+            f"test -e {SANDBOX_TRAJECTORY} || test -L {SANDBOX_TRAJECTORY}",
+            timeout_sec=HAND_OVER_SEC,
+            user="root",
+        )
+        if found.exit_code == 0:
+            return
+        data = scrubber.text(json.dumps(doc, indent=2)).encode()
+        await sandbox.upload_file(SANDBOX_TRAJECTORY, data, mode=0o644)
+        self._handed_over = True
+
     async def keep(self, result: TrialResult, agent_dir: Path, scrubber: Scrubber) -> None:
         """Close the slot; the usage and the limit that stopped the agent go into the
         result, the record and its trajectory into the agent's folder (scrubbed). A failure to
@@ -146,7 +174,7 @@ class ModelLink:
         except ValueError:
             return  # no chat completion succeeded: nothing to make a trajectory of
         own = agent_dir / "trajectory.json"
-        if await run_blocking(own.is_file):
+        if not self._handed_over and await run_blocking(own.is_file):
             await run_blocking(own.replace, agent_dir / "trajectory.agent.json")
         await _write(own, scrubber.text(json.dumps(doc, indent=2)))
 

@@ -290,6 +290,14 @@ class Trial(TrialFinish):
         self.result.status = "grading"
         if self._on_grading is not None:
             self._on_grading(self)
+        if self.link is not None:
+            try:
+                await self.link.hand_over(
+                    sandbox, agent_name=self.result.agent_spec, scrubber=self.scrubber
+                )
+            except Exception as exc:  # a lost sandbox is judged by the verifier's run below
+                note = f"the recorded conversation was not given to the verifier: {exc!r}"
+                self.result.warnings.append(note)
         setup = VerifierSetup(
             timeout_sec=self.task.config.verifier.timeout_sec, env=self.context.verifier_env,
             user=self.context.verifier_user, owner=self._verifier_owner,
