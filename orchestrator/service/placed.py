@@ -81,11 +81,12 @@ class PlacedTrial:
             self._finished = event
 
     def _work(self) -> TrialWork:
-        """What the node needs (blocking: it reads the workflow agent's code)."""
+        """What the node needs (blocking: it reads the agent's code from this disk)."""
         env = self.task.config.environment
         templates = self.task.config.env_templates(include_solution=self.agent.runs_solution)
         names = {t.variable for t in templates}
         host_env = {name: os.environ[name] for name in names if name in os.environ}
+        self.agent.carry_files()  # a bundle's code travels with the agent
         code = None
         if isinstance(self.agent, WorkflowAgent):
             code = tar_of_dir(self.agent.source, self.agent.source.name)

@@ -41,6 +41,11 @@ class Agent(ABC):
     async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:  # noqa: B027
         """Upload what the agent needs; most agents need nothing."""
 
+    def carry_files(self) -> None:  # noqa: B027
+        """Blocking: read into the agent what `prepare` would read from this machine's disk,
+        so a copy of it (pickled to a Ray node) runs where that disk is not. Most agents
+        read nothing."""
+
     @abstractmethod
     def command(self) -> str:
         """The shell command that is the agent's process."""

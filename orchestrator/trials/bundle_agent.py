@@ -109,9 +109,15 @@ class BundleAgent(Agent):
         )
         return BundleTask.of(task, dependencies)
 
-    def _upload(self) -> bytes:
+    def carry_files(self) -> None:
+        """The user's code, installed from the wheel once: a copy of this agent on a Ray
+        node uploads it from memory, the wheel's path being the driver's."""
         if self._code is None:
             self._code = code_files(self.info.wheel)
+
+    def _upload(self) -> bytes:
+        self.carry_files()
+        assert self._code is not None
         files = dict(self._code)
         if self.workflow_config:
             files[paths.WORKFLOW_CONFIG.lstrip("/")] = (self._config_json, 0o644)

@@ -5,8 +5,11 @@ unreachable dependency is told apart."""
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,7 @@ from orchestrator.bundles.task import BundleTask
 from orchestrator.cli.serve import add_parser, bundle_agent
 from orchestrator.common.errors import AgentSpecError, TaskError
 from orchestrator.service.loading import Loader
+from orchestrator.service.placed import PlacedTrial
 from orchestrator.trials.agents import parse_agent
 from orchestrator.trials.bundle_agent import BundleAgent
 from tests.conftest import write_task
@@ -205,3 +209,24 @@ def test_a_bundle_that_requires_a_newer_python_than_the_images_is_refused() -> N
         DependencyError, match=r"requires Python >=3\.12; the image has CPython 3\.11\.2"
     ):
         needs.site_files(ImagePython(path="/usr/bin/python3.11", version="3.11.2"), "x86_64")
+
+
+def test_a_bundle_agent_sent_to_a_ray_node_carries_its_code_not_the_wheels_path(
+    tmp_path: Path, wheels: dict[str, Path]
+) -> None:
+    """A node may not have the driver's disk: the work a placed trial sends holds the user's
+    code itself, and a copy of the agent uploads it with the wheel gone."""
+    wheel = shutil.copy(wheels["grader"], tmp_path / wheels["grader"].name)
+    bundle = BundleAgent.load(wheel)
+    placed = PlacedTrial(
+        placement=None,  # type: ignore[arg-type]  # the work is made before any placing
+        task=load_task(write_task(tmp_path / "tasks", "t")), agent=bundle,
+        config=fake_config(tmp_path), trial_id="t-1", job_id="j-1", metadata={}, attempt=1,
+    )  # fmt: skip
+    work = placed._work()
+    Path(wheel).unlink()
+
+    on_the_node = pickle.loads(pickle.dumps(work.agent))
+    with tarfile.open(fileobj=io.BytesIO(on_the_node._upload())) as uploaded:
+        code = uploaded.extractfile("opt/trialbox/bundle/site/tiny_flow/flow.py")
+        assert code is not None and b"class Flow(AgentWorkflow)" in code.read()
