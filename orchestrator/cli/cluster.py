@@ -4,10 +4,16 @@ nodes of a Ray cluster (each node's Docker engine runs their sandboxes)."""
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from orchestrator.backends import DockerBackendConfig, RayBackendConfig
 from orchestrator.trials.config import TrialConfig
+
+# The same variables `trialbox run` reads through its settings: prewarm, serve and reap go to
+# the cluster a user exported for run, not quietly to the local engine. The registry variable
+# counts only with a cluster (the scripts read it too, to start a local registry).
+RAY_ENV, REGISTRY_ENV = "TRIALBOX_RAY", "TRIALBOX_REGISTRY"
 
 
 def add_ray_options(parser: argparse.ArgumentParser) -> None:
@@ -15,15 +21,17 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--ray",
         metavar="ADDRESS",
+        default=os.environ.get(RAY_ENV) or None,
         help="place trials on the nodes of this Ray cluster ('auto', HOST:PORT or "
         "ray://HOST:10001): each runs on a node with room for its cpus and memory, in that "
-        "node's Docker engine (docs/cluster.md)",
+        f"node's Docker engine (docs/cluster.md; default: ${RAY_ENV})",
     )
     group.add_argument(
         "--registry",
         metavar="HOST:PORT",
         help="with --ray: a registry the nodes share task images through (built once, pushed, "
-        "pulled elsewhere by their content-hash tag); without it each node builds its own",
+        "pulled elsewhere by their content-hash tag); without it each node builds its own "
+        f"(default with a cluster: ${REGISTRY_ENV})",
     )
 
 
@@ -34,8 +42,10 @@ def ray_config(args: Any, node: Any = None) -> RayBackendConfig | None:
     address, registry = getattr(args, "ray", None), getattr(args, "registry", None)
     if address is None:
         if registry is not None:
-            raise ValueError("--registry: only with --ray ADDRESS")
+            raise ValueError(f"--registry: only with --ray ADDRESS (or ${RAY_ENV})")
         return None
+    if registry is None:
+        registry = os.environ.get(REGISTRY_ENV) or None
     return RayBackendConfig(address=address, registry=registry, node=node or DockerBackendConfig())
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli.cluster import on_cluster
+from orchestrator.cli.cluster import RAY_ENV, on_cluster
 from orchestrator.cli.common import print_error
 from orchestrator.trials.config import TrialConfig
 
@@ -27,8 +28,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--ray",
         metavar="ADDRESS",
+        default=os.environ.get(RAY_ENV) or None,
         help="every node of this Ray cluster: each node's engine is searched and cleaned "
-        "(the ray extra; a node that is down is cleaned once it is back)",
+        f"(the ray extra; a node that is down is cleaned once it is back; default: ${RAY_ENV})",
     )
     parser.set_defaults(handler=handle)
 

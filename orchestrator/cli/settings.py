@@ -208,11 +208,14 @@ def load_settings(
 def _check_together(settings: RunOptions, where: Callable[[str], str]) -> None:
     """An option that means something only with another, said where it was given."""
     if settings.registry is not None and settings.ray is None:
-        raise ValueError(
-            f"{where('registry')}: a registry is where a Ray cluster's nodes share images, and "
-            "no cluster is given: give one (--ray ADDRESS, $TRIALBOX_RAY, or ray in the job "
-            "file), or leave the registry out"
-        )
+        if where("registry").startswith("$"):  # the scripts read it too: it counts with a cluster
+            settings.registry = None
+        else:
+            raise ValueError(
+                f"{where('registry')}: a registry is where a Ray cluster's nodes share images, "
+                "and no cluster is given: give one (--ray ADDRESS, $TRIALBOX_RAY, or ray in the "
+                "job file), or leave the registry out"
+            )
     if settings.workflow_config is None:
         return
     kind, _, rest = settings.agent.partition(":")

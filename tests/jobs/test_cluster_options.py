@@ -1,7 +1,8 @@
 """`--ray ADDRESS` and `--registry` as the other options of `trialbox run`: from a job file and
 from TRIALBOX_RAY / TRIALBOX_REGISTRY, the command line winning; a registry without a cluster
-refused where it was given; both allowed with --resume; and a run whose job file names the
-cluster really placing its trials there."""
+refused where it was given (ignored when only the environment gives it); both allowed with
+--resume; prewarm, serve and reap reading the same variables; and a run whose job file names
+the cluster really placing its trials there."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from orchestrator.cli.cluster import on_cluster
 from orchestrator.cli.common import config_of
 from orchestrator.cli.run import _given
 from orchestrator.cli.settings import env_name, load_settings, resume_overrides
+from orchestrator.trials.config import TrialConfig
 from tests.jobs.helpers import make_tasks
 
 
@@ -53,13 +55,17 @@ def test_the_cluster_comes_from_the_command_line_the_environment_or_a_job_file(
     assert config_of(load_settings({}, None, {})).backend.type == "docker"  # no cluster: local
 
 
-def test_a_registry_without_a_cluster_is_refused_where_it_was_given(tmp_path: Path) -> None:
+def test_a_registry_alone_is_refused_where_given_or_ignored_from_the_environment(
+    tmp_path: Path,
+) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("registry: file.test:5000\n")
     with pytest.raises(ValueError, match=rf"^{job}: registry: a registry is where a Ray cluster"):
         load_settings({}, job, {})
-    with pytest.raises(ValueError, match=r"^\$TRIALBOX_REGISTRY: .* give one \(--ray ADDRESS"):
-        load_settings({}, None, {"TRIALBOX_REGISTRY": "env.test:5000"})
+    # $TRIALBOX_REGISTRY alone (the scripts read it too, to start a registry) counts only
+    # with a cluster: without one the run is local, as if it were not set.
+    alone = load_settings({}, None, {"TRIALBOX_REGISTRY": "env.test:5000"})
+    assert alone.registry is None and config_of(alone).backend.type == "docker"
     with pytest.raises(ValueError, match=r"^--registry: .*or leave the registry out"):
         load_settings(given("--registry", "cli.test:5000"), None, {})
     # A cluster from any place goes with a registry from any other.
@@ -101,3 +107,24 @@ def test_a_run_whose_job_file_names_the_cluster_places_its_trials_there(tmp_path
     assert (saved["options"]["ray"], saved["options"]["registry"]) == (
         "local", "registry.example.test:5000",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["prewarm", "serve", "reap"])
+def test_the_other_commands_go_to_the_cluster_the_environment_names(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = [str(tmp_path)] if command == "prewarm" else []
+    monkeypatch.setenv("TRIALBOX_RAY", "env-head:6379")
+    monkeypatch.setenv("TRIALBOX_REGISTRY", "env.test:5000")
+    from_env = build_parser().parse_args([command, *path])
+    flags = build_parser().parse_args([command, *path, "--ray", "auto"])
+    assert (from_env.ray, flags.ray) == ("env-head:6379", "auto")  # the command line wins
+    cluster = on_cluster(config_of(from_env) if command != "reap" else TrialConfig(), from_env)
+    assert isinstance(cluster.backend, RayBackendConfig)
+    assert cluster.backend.address == "env-head:6379"
+    if command != "reap":
+        assert cluster.backend.registry == "env.test:5000"
+
+    monkeypatch.delenv("TRIALBOX_RAY")  # the registry variable alone: local, as if unset
+    alone = build_parser().parse_args([command, *path])
+    assert on_cluster(TrialConfig(), alone).backend.type == "docker"
