@@ -35,16 +35,18 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def ray_config(args: Any, node: Any = None) -> RayBackendConfig | None:
+def ray_config(args: Any, node: Any = None, *, environment: bool = True) -> RayBackendConfig | None:
     """The cluster `--ray` names (None without it); `node` is what each node runs. `args`:
     argparse's namespace, or `trialbox run`'s settings (where a job file or TRIALBOX_RAY and
-    TRIALBOX_REGISTRY may have given them)."""
+    TRIALBOX_REGISTRY may have given them). `environment=False`: the flags alone (a resumed
+    job reads no variables)."""
     address, registry = getattr(args, "ray", None), getattr(args, "registry", None)
     if address is None:
         if registry is not None:
-            raise ValueError(f"--registry: only with --ray ADDRESS (or ${RAY_ENV})")
+            also = f" (or ${RAY_ENV})" if environment else ""
+            raise ValueError(f"--registry: only with --ray ADDRESS{also}")
         return None
-    if registry is None:
+    if registry is None and environment:
         registry = os.environ.get(REGISTRY_ENV) or None
     return RayBackendConfig(address=address, registry=registry, node=node or DockerBackendConfig())
 

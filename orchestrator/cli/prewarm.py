@@ -150,9 +150,10 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         # warm the task's own image, not the bundle's, in a table that looks complete.
         print_error(
             console,
-            "--bundle with --ray: not supported; a cluster's nodes get each task's folder, not "
-            "the bundle's dependencies, so only the tasks' own images would be warmed. Leave "
-            "out --bundle to warm those on every node",
+            "--bundle with a cluster (--ray, or $TRIALBOX_RAY): not supported; a cluster's "
+            "nodes get each task's folder, not the bundle's dependencies, so only the tasks' own "
+            "images would be warmed. Leave out --bundle to warm those on every node, or prewarm "
+            "the bundle's images on each node's engine without a cluster",
         )
         return 1
     bundle = None if args.bundle is None else BundleAgent.load(args.bundle)  # builds a project

@@ -230,7 +230,7 @@ def _resumed_job(job_dir: Path, given: dict[str, Any], args: argparse.Namespace)
     if saved.options is not None:
         options = saved.options | {k: v for k, v in overrides.items() if k != "json_output"}
 
-    cluster = ray_config(args)  # a resumed job may name its cluster anew
+    cluster = ray_config(args, environment=False)  # a resumed job may name its cluster anew
 
     def start(hooks: dict[str, Any]) -> Coroutine[Any, Any, JobRecord]:
         return resume_job(

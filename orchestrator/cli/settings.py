@@ -31,6 +31,7 @@ from orchestrator.trials.bundle_agent import CONFIG_MARK
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV
 
 ENV_PREFIX = "TRIALBOX_"
+_BUNDLE = "bundle:"
 # The field `json_output` is the option --json (a field named `json` would shadow pydantic's).
 _KEY_OF_FIELD = {"json_output": "json"}
 _FIELD_OF_KEY = {key: field for field, key in _KEY_OF_FIELD.items()}
@@ -153,8 +154,19 @@ def options_from_file(path: Path) -> dict[str, Any]:
     for name in _PATH_FIELDS:
         if isinstance(found.get(name), str):
             found[name] = str(path.parent.resolve() / found[name])
+    if isinstance(found.get("agent"), str) and found["agent"].startswith(_BUNDLE):
+        found["agent"] = _bundle_in(path.parent.resolve(), found["agent"])
     _check(found, _in_file(path))
     return found
+
+
+def _bundle_in(folder: Path, spec: str) -> str:
+    """A `bundle:` agent from a job file: its wheel or project, and its `?config=` file,
+    relative to the file like every other path there."""
+    source, mark, config = spec.removeprefix(_BUNDLE).partition(CONFIG_MARK)
+    source = str(folder / source) if source else source
+    config = str(folder / config) if config else config
+    return f"{_BUNDLE}{source}{mark}{config}"
 
 
 def _check(values: dict[str, Any], where: Any) -> None:

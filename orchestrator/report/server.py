@@ -15,10 +15,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from orchestrator.report.build import live_state, report_html, trial_html
@@ -37,9 +40,9 @@ _POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'"
 class ReportServer(ThreadingHTTPServer):
     """Serves the report of `paths` (job folders, or folders of them)."""
 
-    # Request threads are joined on close (every request is short: no long polls), so
-    # nothing outlives `serving` or the view command.
-    daemon_threads = False
+    # Daemon threads: an idle browser socket never holds up Ctrl-C. `serving` still waits
+    # (bounded) for the requests being answered, so nothing outlives its block.
+    daemon_threads = True
 
     def __init__(
         self,
@@ -51,7 +54,22 @@ class ReportServer(ThreadingHTTPServer):
     ) -> None:
         self.paths = paths
         self.log_cap = log_cap
+        self._answering: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         super().__init__((host, port), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """As the standard library does, on a daemon thread this server remembers."""
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), daemon=True
+        )
+        self._answering.add(thread)
+        thread.start()
+
+    def wait_for_requests(self, timeout: float) -> None:
+        """Wait, at most `timeout` seconds in all, for the requests being answered."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._answering):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def url(self) -> str:
@@ -70,12 +88,14 @@ def serving(server: ReportServer) -> Iterator[ReportServer]:
     finally:
         server.shutdown()
         thread.join(timeout=10)
+        server.wait_for_requests(timeout=10)
         server.server_close()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: ReportServer
     server_version = "trialbox-view"
+    timeout = 30  # a connection that sends nothing is closed, its thread freed
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)

@@ -118,27 +118,36 @@ class ModelLink:
     def record(self) -> GatewayRecord | None:
         return None if self.slot is None else self.slot.record
 
-    async def hand_over(self, sandbox: Sandbox, *, agent_name: str, scrubber: Scrubber) -> None:
+    async def hand_over(
+        self, sandbox: Sandbox, *, agent_name: str, scrubber: Scrubber
+    ) -> str | None:
         """Give the verifier the recorded conversation as `/logs/agent/trajectory.json`
         when the agent wrote none (a workflow that returned nothing, a CLI agent): scrubbed,
-        root's, readable by any verifier user. An agent's own trajectory is left as it is."""
+        root's, readable by any verifier user. An agent's own trajectory is left as it is,
+        and so is everything when the check cannot say (a note is returned then)."""
         record = self.record
         if record is None:
-            return
+            return None
         try:
             doc = trajectory_from_record(record, agent_name=agent_name, agent_version=__version__)
         except ValueError:
-            return  # no chat completion succeeded: nothing to hand over
+            return None  # no chat completion succeeded: nothing to hand over
         found = await sandbox.exec(
             f"test -e {SANDBOX_TRAJECTORY} || test -L {SANDBOX_TRAJECTORY}",
             timeout_sec=HAND_OVER_SEC,
             user="root",
         )
         if found.exit_code == 0:
-            return
+            return None  # the agent's own
+        if found.exit_code != 1:  # the check did not run (every pid taken, a timeout)
+            return (
+                "the recorded conversation was not given to the verifier: could not tell "
+                f"whether the agent saved its own (exit {found.exit_code})"
+            )
         data = scrubber.text(json.dumps(doc, indent=2)).encode()
         await sandbox.upload_file(SANDBOX_TRAJECTORY, data, mode=0o644)
         self._handed_over = True
+        return None
 
     async def keep(self, result: TrialResult, agent_dir: Path, scrubber: Scrubber) -> None:
         """Close the slot; the usage and the limit that stopped the agent go into the

@@ -292,11 +292,12 @@ class Trial(TrialFinish):
             self._on_grading(self)
         if self.link is not None:
             try:
-                await self.link.hand_over(
+                note = await self.link.hand_over(
                     sandbox, agent_name=self.result.agent_spec, scrubber=self.scrubber
                 )
             except Exception as exc:  # a lost sandbox is judged by the verifier's run below
                 note = f"the recorded conversation was not given to the verifier: {exc!r}"
+            if note is not None:
                 self.result.warnings.append(note)
         setup = VerifierSetup(
             timeout_sec=self.task.config.verifier.timeout_sec, env=self.context.verifier_env,

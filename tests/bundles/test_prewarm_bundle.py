@@ -135,4 +135,6 @@ def test_a_bundle_with_a_cluster_is_refused(
     task = write_task(tmp_path / "tasks", "qa")
     code = main(["prewarm", str(task), "--bundle", str(tmp_path / "b.whl"), "--ray", "auto"])
     assert code == 1
-    assert "--bundle with --ray: not supported" in capsys.readouterr().out
+    assert "--bundle with a cluster (--ray, or $TRIALBOX_RAY): not supported" in (
+        capsys.readouterr().out
+    )

@@ -65,9 +65,22 @@ def test_a_job_file_and_the_environment_give_it_too(tmp_path: Path) -> None:
     from_file = load_settings({}, job, {})
     from_env = load_settings({}, job, {"TRIALBOX_WORKFLOW_CONFIG": "/elsewhere/w.json"})
 
-    assert from_file.workflow_config == tmp_path / "conf" / "workflow.json"  # next to the file
-    assert from_file.agent_spec() == f"bundle:project?config={tmp_path / 'conf' / 'workflow.json'}"
+    conf = tmp_path / "conf"
+    assert from_file.workflow_config == conf / "workflow.json"  # next to the file
+    # The bundle too: every path in a job file is relative to the file.
+    assert from_file.agent_spec() == f"bundle:{conf / 'project'}?config={conf / 'workflow.json'}"
     assert from_env.workflow_config == Path("/elsewhere/w.json")
+
+
+def test_a_bundle_spec_in_a_job_file_is_read_relative_to_the_file(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("agent: bundle:dist/flow.whl?config=cfg/flow.json\n")
+    spec = load_settings({}, job, {}).agent
+    assert spec == f"bundle:{tmp_path / 'dist/flow.whl'}?config={tmp_path / 'cfg/flow.json'}"
+    job.write_text("agent: bundle:/abs/flow.whl\n")
+    assert load_settings({}, job, {}).agent == "bundle:/abs/flow.whl"  # absolute stays
+    given_here = load_settings({"agent": "bundle:project"}, job, {})
+    assert given_here.agent == "bundle:project"  # the command line's is the caller's own
 
 
 def test_without_a_bundle_agent_it_is_refused_naming_where_it_was_given(

@@ -30,6 +30,33 @@ def test_the_words_of_an_unreachable_network_mark_a_failed_step_offline(printed:
     assert offline_build(FAILED_RUN, lines)
 
 
+@pytest.mark.parametrize(
+    "printed",
+    [
+        "npm ERR! code ERESOLVE\nnpm ERR! ERESOLVE could not resolve",
+        "[ERROR] Failed to execute goal on project app: Could not resolve dependencies for "
+        "project com.example:app:jar:1.0",
+        "> Could not resolve com.example:missing:1.0.",
+        "E: Unable to locate package no-such-package",  # the mirror answered: no such package
+    ],
+)
+def test_a_dependency_that_does_not_exist_stays_the_tasks_fault(printed: str) -> None:
+    lines = ["Step 1/2 : FROM debian", "Step 2/2 : RUN install-things", printed, FAILED_RUN]
+    assert not offline_build(FAILED_RUN, lines)
+
+
+def test_an_offline_apt_update_then_a_failed_install_is_offline() -> None:
+    lines = [
+        "Step 2/3 : RUN apt-get update",
+        "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  "
+        "Temporary failure resolving 'deb.debian.org'",  # a warning: the step exits 0
+        "Step 3/3 : RUN apt-get install -y curl",
+        "E: Unable to locate package curl",
+    ]
+    failed = "The command '/bin/sh -c apt-get install -y curl' returned a non-zero code: 100"
+    assert offline_build(failed, [*lines, failed])
+
+
 def test_only_the_failing_steps_output_counts() -> None:
     earlier = [
         "Step 2/3 : RUN apt-get update || true",

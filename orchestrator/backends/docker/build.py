@@ -77,13 +77,19 @@ _BUILDKIT_HINT = (
 # What a step prints when the build's network cannot reach the internet (apt, curl, wget,
 # git, pip, uv, npm, go): the task may be sound, this machine cannot build it. That sample
 # says nothing about the policy, so it is infra, not the task's fault.
+# Only words that name the network: "could not resolve" alone is also npm's, Maven's and
+# Gradle's word for a dependency that does not exist, which is the task's fault.
 _OFFLINE_SIGNS = (
     "temporary failure resolving", "temporary failure in name resolution",
-    "could not resolve", "unable to resolve host", "name or service not known",
-    "no address associated with hostname", "network is unreachable",
-    "failed to establish a new connection", "getaddrinfo enotfound", "dial tcp: lookup",
-    "dns error",
+    "could not resolve host", "could not resolve '", "unable to resolve host",
+    "name or service not known", "no address associated with hostname",
+    "network is unreachable", "failed to establish a new connection",
+    "getaddrinfo enotfound", "dial tcp: lookup", "dns error",
 )  # fmt: skip
+# apt-get update exits 0 offline (its failures are warnings); the install step after it then
+# finds no package. Offline when an earlier step's output shows the update could not fetch.
+_APT_NOTHING_FOUND = ("unable to locate package", "has no installation candidate")
+_APT_OFFLINE = ("temporary failure resolving", "could not resolve '")
 _OFFLINE_HINT = (
     " (its output says the network could not be reached: this engine's builds have no"
     " internet; build where they have, or give the task a prebuilt docker_image)"
@@ -101,7 +107,12 @@ def offline_build(why: str, lines: list[str]) -> bool:
     if "returned a non-zero code" not in why.lower():
         return False
     printed = "\n".join(_failing_step(lines)).lower()
-    return any(sign in printed for sign in _OFFLINE_SIGNS)
+    if any(sign in printed for sign in _OFFLINE_SIGNS):
+        return True
+    if any(words in printed for words in _APT_NOTHING_FOUND):
+        whole = "\n".join(lines).lower()
+        return any(sign in whole for sign in _APT_OFFLINE)
+    return False
 
 
 def _build_failed(plan: BuildPlan, why: str, lines: list[str]) -> ImageBuildError:
