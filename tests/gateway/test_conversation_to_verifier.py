@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import ModelConfig, TrialConfig, TrialResult, run_trial
+from orchestrator import ModelConfig, TrialConfig, run_trial
 from tests.conftest import DEFAULT_DOCKERFILE, MakeTask
 from tests.support.standin import Reply, StandIn
 
@@ -61,26 +61,27 @@ def asking_task(make_task: MakeTask) -> Path:
     )
 
 
-async def run_with_model(
-    task: Path, agent: str, config: TrialConfig, upstream: StandIn
-) -> TrialResult:
-    model = ModelConfig(name="policy", base_url=upstream.base_url, api_key=UPSTREAM_KEY)
-    offline = config.model_copy(update={"model": model, "no_internet": True})
-    return await run_trial(task, agent, config=offline, metadata={"label": "Paris"})
+async def ask(make_task: MakeTask, agent: str, config: TrialConfig) -> tuple[Path, list]:
+    """Run the asking task with `agent` against a model that answers "Paris" (the label):
+    the trial's logs folder, and the messages the grader saw."""
+    async with StandIn(Reply(content="Paris")) as upstream:
+        model = ModelConfig(name="policy", base_url=upstream.base_url, api_key=UPSTREAM_KEY)
+        offline = config.model_copy(update={"model": model, "no_internet": True})
+        result = await run_trial(
+            asking_task(make_task), agent, config=offline, metadata={"label": "Paris"}
+        )
+    assert (result.status, result.error) == ("success", None)
+    logs = Path(result.trial_dir) / "logs"
+    assert result.reward == (1.0 if agent.endswith("ask.py") else 0.0)
+    return logs, json.loads((logs / "verifier" / "seen.json").read_text())
 
 
 async def test_an_agent_that_saved_nothing_is_graded_on_the_recorded_conversation(
     config: TrialConfig, make_task: MakeTask
 ) -> None:
-    async with StandIn(Reply(content="Paris")) as upstream:
-        result = await run_with_model(
-            asking_task(make_task), "command:python3 /app/ask.py", config, upstream
-        )
+    logs, seen = await ask(make_task, "command:python3 /app/ask.py", config)
 
-    assert (result.status, result.reward, result.error) == ("success", 1.0, None)
-    logs = Path(result.trial_dir) / "logs"
-    seen = json.loads((logs / "verifier" / "seen.json").read_text())
-    assert [m["role"] for m in seen] == ["user", "assistant"]
+    assert [m["role"] for m in seen] == ["user", "assistant"]  # and the answer scored 1
     assert seen[0]["content"] == "What is the capital of France?"
     assert UPSTREAM_KEY not in (logs / "agent" / "trajectory.json").read_text()
     assert not (logs / "agent" / "trajectory.agent.json").exists()  # it was never the agent's
@@ -90,15 +91,9 @@ async def test_an_agent_that_saved_nothing_is_graded_on_the_recorded_conversatio
 async def test_an_agents_own_trajectory_is_what_the_verifier_sees(
     config: TrialConfig, make_task: MakeTask
 ) -> None:
-    async with StandIn(Reply(content="Paris")) as upstream:
-        result = await run_with_model(
-            asking_task(make_task), "command:python3 /app/ask.py Lyon", config, upstream
-        )
+    logs, seen = await ask(make_task, "command:python3 /app/ask.py Lyon", config)
 
-    assert (result.status, result.reward, result.error) == ("success", 0.0, None)
-    logs = Path(result.trial_dir) / "logs"
-    seen = json.loads((logs / "verifier" / "seen.json").read_text())
-    assert seen == [{"role": "assistant", "content": "Lyon"}]  # the agent's, not the record
+    assert seen == [{"role": "assistant", "content": "Lyon"}]  # the agent's, scored 0
     kept = json.loads((logs / "agent" / "trajectory.agent.json").read_text())
     assert kept == [{"role": "assistant", "content": "Lyon"}]
     assert json.loads((logs / "agent" / "trajectory.json").read_text())["steps"]  # the record
