@@ -7,6 +7,7 @@ models of `task.toml` live in `tasks/schema.py` and are re-exported here for imp
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import tomllib
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.common.errors import TaskError
 from orchestrator.tasks.envvars import EnvTemplate, missing_message
+from orchestrator.tasks.near_misses import near_misses
 from orchestrator.tasks.schema import (
     DEFAULT_PIDS_LIMIT,
     AgentSection,
@@ -53,6 +55,8 @@ __all__ = [
     "resolve_task_id",
 ]
 
+log = logging.getLogger(__name__)
+
 
 class Task(BaseModel):
     """A loaded, checked task folder."""
@@ -67,6 +71,12 @@ class Task(BaseModel):
         True,
         description="The task has tests/test.sh. A task without tests/ runs only with an "
         "agent that brings its verifier (a bundle with a grader: docs/bundles.md).",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What is suspect in the folder without making it unusable (a task.toml "
+        "key that looks like a misspelling of a known one); a trial copies them into its "
+        "result's warnings.",
     )
 
     @property
@@ -199,7 +209,8 @@ def load_task(path: str | Path) -> Task:
     run (a Compose file, a steps/ folder) are refused together, the named files must be
     regular files, and the whole folder is walked (`check_tree`) for escaping symlinks and
     special files, so a task that materializing or building would refuse is refused here
-    already.
+    already. An unknown task.toml key that is a near miss of a known one (`timout_sec`) is
+    tolerated but logged and kept in `Task.warnings`.
     """
     root = Path(path).resolve()
     if not root.is_dir():
@@ -230,12 +241,16 @@ def load_task(path: str | Path) -> Task:
     check_tree(root)
     if (root / "environment").is_dir():
         check_tree(root / "environment")  # the image's build context: links stay inside it
+    warnings = near_misses(config, root / "task.toml")
+    for warning in warnings:
+        log.warning("%s", warning)
     return Task(
         name=root.name,
         path=root,
         config=config,
         instruction=read_text_file(instruction_file, root / "instruction.md"),
         has_tests=has_tests,
+        warnings=warnings,
     )
 
 
