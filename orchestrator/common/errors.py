@@ -80,6 +80,12 @@ class RewardFileError(TrialboxError):
         super().__init__(f"{path}: {reason}")
 
 
+class ModelUnavailableError(TrialboxError):
+    """The agent's last model call failed for the model service's reason (unreachable, timed
+    out, a 5xx, rate-limited, a rejected key, a stream cut off): its run ended amid an outage,
+    so the sample says nothing about the policy. infra, whatever the verifier scored."""
+
+
 class AgentInfraError(TrialboxError):
     """The relay could not confirm how the agent ended and destroyed the sandbox."""
 

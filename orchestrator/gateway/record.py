@@ -54,6 +54,19 @@ class Exchange(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
+    @property
+    def upstream_failed(self) -> bool:
+        """Failed for the model service's reason, not the agent's nor the gateway's limits:
+        unreachable or too slow (the gateway's 502/504), a 5xx, 429 or 401 from the upstream,
+        or a stream that broke off."""
+        if self.limit is not None or self.error is None:
+            return False
+        if self.error.startswith(("the upstream model ", "the stream broke off")):
+            return True
+        return self.error.startswith("upstream answered") and (
+            self.status_code >= 500 or self.status_code in (401, 429)
+        )
+
 
 class GatewayRecord(BaseModel):
     """Everything the gateway saw for one trial (written to `agent/gateway.json`)."""
@@ -66,3 +79,18 @@ class GatewayRecord(BaseModel):
     stopped_by: str | None = Field(
         None, description="The first limit that refused a request (calls, tokens, deadline)."
     )
+
+    def outage(self) -> str | None:
+        """Why the agent's last model call failed, when the model service failed it: the
+        run ended amid an outage. None when it succeeded, or failed for the agent's reason."""
+        if not self.exchanges:
+            return None
+        last = max(self.exchanges, key=lambda exchange: exchange.index)
+        if not last.upstream_failed:
+            return None
+        failed = sum(exchange.upstream_failed for exchange in self.exchanges)
+        return (
+            f"the model service failed the agent's last call ({last.error}; {failed} of "
+            f"{len(self.exchanges)} calls failed upstream): the run ended amid an outage, so "
+            "the sample says nothing about the policy; check the model service and retry"
+        )

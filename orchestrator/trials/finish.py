@@ -21,7 +21,12 @@ from typing import Any
 
 import aiofiles
 
-from orchestrator.common.errors import RewardFileError, TrialboxError, WorkflowError
+from orchestrator.common.errors import (
+    ModelUnavailableError,
+    RewardFileError,
+    TrialboxError,
+    WorkflowError,
+)
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
@@ -88,6 +93,8 @@ class TrialFinish:
             await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
         await self._guarded("collect", self.logs.settle(self.scrubber, self.limits.collect_sec))
         await self._guarded("agent", self._keep_model_record())
+        if not cancelled:
+            self._judge_the_model_service()
         if not cancelled and staged is not None:
             if verified and self.result.error is None:
                 await self._guarded("verify", self._score(staged))
@@ -127,6 +134,20 @@ class TrialFinish:
     async def _keep_model_record(self) -> None:
         if self.link is not None:
             await self.link.keep(self.result, self.trial_dir / "logs" / "agent", self.scrubber)
+
+    def _judge_the_model_service(self) -> None:
+        """A run that ended amid a model outage: that is the cause, whatever came after it (a
+        failed workflow, a timeout, a missing or zero reward). The sample is discarded
+        unscored, since a policy cut off from its model says nothing."""
+        record = None if self.link is None else self.link.record
+        outage = None if record is None else record.outage()
+        if outage is None:
+            return
+        earlier = self.result.error
+        self.result.error = None
+        self._fail(ModelUnavailableError(outage), "agent")
+        if earlier is not None:
+            self.result.warnings.append(f"after the outage: {earlier.type}: {earlier.message}")
 
     async def _score(self, staged: Materialized) -> None:
         try:

@@ -148,7 +148,9 @@ async def test_an_upstream_that_does_not_answer_in_time_is_a_504_to_the_agent(
         )
         result = await run_trial(SHELL_TASK, agent, config=quick)
     assert agent_file(result, "stdout.txt").read_text().strip() == "status 504"
-    assert (result.status, result.reward) == ("success", 0.0)
+    # The run ended amid the model's outage: discarded, not a scored 0 (test_model_outage.py).
+    assert (result.status, result.reward) == ("failure", None)
+    assert result.error is not None and result.error.type == "ModelUnavailableError"
     assert result.agent.termination == "exited"
     record = json.loads(agent_file(result, "gateway.json").read_text())
     assert record["exchanges"][0]["status_code"] == 504
