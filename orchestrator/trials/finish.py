@@ -37,8 +37,8 @@ from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.materialize import Materialized
 from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.result import Phase, TrialError, TrialResult
-from orchestrator.trials.rewards import headline_reward
-from orchestrator.trials.verifier import score
+from orchestrator.trials.rewards import NO_REWARD, headline_reward
+from orchestrator.trials.verifier import VerifierRun, score, where_to_look
 
 
 class TrialFinish:
@@ -54,6 +54,7 @@ class TrialFinish:
     result: TrialResult
     sandbox: Sandbox | None
     link: ModelLink | None
+    verifier_run: VerifierRun | None
     _phase: Phase
 
     # -- the record ---------------------------------------------------------------------------
@@ -154,6 +155,9 @@ class TrialFinish:
             self.logs.check_rewards_whole()
             rewards = await score(staged.logs_dir)
         except RewardFileError as exc:
+            if exc.reason == NO_REWARD:  # say where to look
+                hint = await run_blocking(where_to_look, self.verifier_run, staged.logs_dir)
+                exc = RewardFileError(exc.path, exc.reason + hint)
             self._fail(exc, "verify")
             return
         self.result.rewards = rewards

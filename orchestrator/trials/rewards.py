@@ -55,6 +55,9 @@ async def _text(file: Path, where: str) -> str:
         raise RewardFileError(where, "not UTF-8 text") from exc
 
 
+NO_REWARD = "the verifier wrote neither reward.json nor reward.txt"
+
+
 async def read_rewards(verifier_dir: Path) -> dict[str, float]:
     """The rewards in a collected copy of /logs/verifier; raises RewardFileError."""
     json_file = verifier_dir / "reward.json"
@@ -63,9 +66,7 @@ async def read_rewards(verifier_dir: Path) -> dict[str, float]:
     txt_file = verifier_dir / "reward.txt"
     if await aiofiles.os.path.isfile(txt_file):
         return _parse_txt(await _text(txt_file, paths.REWARD_TXT))
-    raise RewardFileError(
-        paths.VERIFIER_DIR, "the verifier wrote neither reward.json nor reward.txt"
-    )
+    raise RewardFileError(paths.VERIFIER_DIR, NO_REWARD)
 
 
 def headline_reward(rewards: dict[str, float]) -> float | None:

@@ -51,7 +51,7 @@ from orchestrator.trials.readiness import wait_ready
 from orchestrator.trials.result import AgentOutcome, Phase, TrialResult, initial_result
 from orchestrator.trials.runtime import check_runtime, runtime_missing
 from orchestrator.trials.users import ROOT, user_ids
-from orchestrator.trials.verifier import VerifierSetup, verify
+from orchestrator.trials.verifier import VerifierRun, VerifierSetup, verify
 from relay import Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
@@ -103,6 +103,7 @@ class Trial(TrialFinish):
         self.sandbox: Sandbox | None = None
         self.relay_outcome: RelayOutcome | None = None
         self._health_at_loss: Health | None = None
+        self.verifier_run: VerifierRun | None = None
         self._phase: Phase = "materialize"
         self._ran = False
 
@@ -303,7 +304,9 @@ class Trial(TrialFinish):
             timeout_sec=self.task.config.verifier.timeout_sec, env=self.context.verifier_env,
             user=self.context.verifier_user, owner=self._verifier_owner,
         )  # fmt: skip
-        notes = await verify(sandbox, staged.tests_dir, setup, self.limits, **self._mem)
+        self.verifier_run, notes = await verify(
+            sandbox, staged.tests_dir, setup, self.limits, **self._mem
+        )
         self.result.warnings.extend(notes)
 
     # -- the whole trial ----------------------------------------------------------------------

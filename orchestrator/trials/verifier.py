@@ -90,10 +90,10 @@ async def run_verifier(
 
 async def verify(
     sandbox: Sandbox, tests_dir: Path, setup: VerifierSetup, limits: Limits, *, memory_mb: int
-) -> list[str]:
+) -> tuple[VerifierRun, list[str]]:
     """`run_verifier`, judged from outside when the sandbox fails it: pids held by the agent's
     leftovers are freed first (a note is returned), a sandbox that died is put in the category
-    of its true cause."""
+    of its true cause. How tests/test.sh ended, and the notes."""
     notes: list[str] = []
     try:
         run = await run_verifier(sandbox, tests_dir, setup, limits)
@@ -109,7 +109,26 @@ async def verify(
     if run.exit_code is None or run.exit_code >= 128:  # killed: the sandbox too?
         what = f"tests/test.sh ended with {run.exit_code}"
         raise_if_going(await sandbox.health(), what=what, memory_mb=memory_mb)
-    return notes
+    return run, notes
+
+
+def where_to_look(run: VerifierRun | None, logs_dir: Path) -> str:
+    """For a missing reward: how tests/test.sh ended and the last line it printed (the usual
+    cause is a crash before it wrote one), as words to add to the error."""
+    if run is None:
+        return ""
+    output = logs_dir / "verifier" / "test-stdout.txt"
+    try:
+        with output.open("rb") as handle:
+            handle.seek(max(0, output.stat().st_size - 2048))
+            tail = handle.read().decode("utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        tail = []
+    last = f"; its last line: {tail[-1][:300]!r}" if tail else ""
+    return (
+        f"; tests/test.sh exited {run.exit_code}, its output is in "
+        f"logs/verifier/test-stdout.txt{last}"
+    )
 
 
 async def score(logs_dir: Path) -> dict[str, float]:

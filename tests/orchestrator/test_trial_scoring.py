@@ -199,6 +199,20 @@ async def test_unusable_reward_is_a_validation_failure(
     assert file_named in result.error.message
 
 
+async def test_a_verifier_that_crashed_before_its_reward_says_where_to_look(
+    config: TrialConfig, make_task
+) -> None:
+    crash = "python3 -c \"open('/app/numbers.txt')\""
+    task = make_task("crashes", test_sh=f"#!/bin/sh\necho checking\n{crash}\n")
+    result = await run_trial(task, "nop", config=config)
+
+    assert result.error is not None and result.error.type == "RewardFileError"
+    message = result.error.message
+    assert "neither reward.json nor reward.txt; tests/test.sh exited 1" in message
+    assert "logs/verifier/test-stdout.txt" in message
+    assert "FileNotFoundError" in message  # the last line it printed
+
+
 async def test_reward_json_wins_and_names_many_rewards(config: TrialConfig, make_task) -> None:
     test_sh = (
         "#!/bin/sh\n"
