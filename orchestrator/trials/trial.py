@@ -150,6 +150,7 @@ class Trial(TrialFinish):
             self.task, self.config, self.backend.capabilities, backend_name=self.backend.name,
             with_solution=self.agent.runs_solution,
         )  # fmt: skip
+        self.result.warnings.extend(self.task.warnings)  # e.g. a task.toml key misspelled
         self.result.warnings.extend(context.warnings)
         self.scrubber = Scrubber(self._secrets(context))
         return context

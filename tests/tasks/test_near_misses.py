@@ -122,12 +122,6 @@ def test_near_misses_reads_a_parsed_config() -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the trial to copy Task.warnings into its result: in Trial._plan_context "
-    "(orchestrator/trials/trial.py), self.result.warnings.extend(self.task.warnings); "
-    "remove this mark once that line is in",
-)
 async def test_a_trial_s_result_carries_the_task_s_warnings(make_task, tmp_path: Path) -> None:
     task = load_task(make_task(task_toml="[agent]\ntimout_sec = 5.0\n"))
     config = TrialConfig(jobs_dir=tmp_path / "jobs", backend={"type": "fake"})
