@@ -22,6 +22,7 @@ CSS = """
   --ph-collect:#06b6d4;
   --ph-teardown:#a8a29e;
   --ph-running:#60a5fa;
+  --ph-interrupted:#fca5a5;
   --ok:#15803d;
   --bad:#b91c1c;
   --warn:#b45309;
@@ -102,6 +103,7 @@ a:hover {text-decoration:underline}
 .st-failure {color:var(--bad)}
 .st-cancelled,.st-unknown {color:var(--warn)}
 .st-running {color:#1d4ed8}
+.st-interrupted {color:var(--warn)}
 .st {font-weight:600}
 .cat-infra {color:var(--warn); font-weight:600}
 .cat-agent,.cat-verifier,.cat-validation {color:var(--bad); font-weight:600}
@@ -140,6 +142,8 @@ table.mini td {padding:.05em .6em .05em 0}
 .ph-collect {background:var(--ph-collect)}
 .ph-teardown {background:var(--ph-teardown)}
 .ph-running {background:repeating-linear-gradient(45deg,var(--ph-running) 0 6px,#93c5fd 6px 12px)}
+.ph-interrupted {background:var(--ph-interrupted); border-right:2px solid var(--bad)}
+.bar.ph-interrupted {min-width:3px}
 .legend {
   display:flex;
   flex-wrap:wrap;

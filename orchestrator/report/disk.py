@@ -2,10 +2,16 @@
 
 Two writers make job folders. `trialbox run` writes `config.json` at the start, `job.json`
 after every trial and a `result.json` per trial. `trialbox serve` (the engine's job id,
-`serve__<hex>`) writes only the trials' `result.json`. In both, a trial folder without a
-`result.json` is a trial in flight (or one its process died in), and the trials' own
-`result.json` files are the truth: `job.json` is only their summary and may lag a trial
-behind, so it is read for `n_expected` alone.
+`serve__<hex>`) writes only the trials' `result.json`. The trials' own `result.json` files
+are the truth: `job.json` is only their summary and may lag a trial behind, so it is read for
+`n_expected` alone.
+
+A trial folder without a `result.json` is a trial in flight, or one a run left when it
+stopped (killed, crashed: nothing finishes it). In a `trialbox run` folder it is in flight only
+while a run holds the folder's lock and it was started by that run (made after the run wrote
+its `config.json`); any other is interrupted, and when its (task, attempt) has run again since
+(a resume reruns a pair under a new trial id) it is superseded and counts nowhere. A `serve`
+folder has no lock to tell by: there every such folder is in flight.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
@@ -20,7 +27,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from orchestrator.common.ids import new_id
 from orchestrator.service.job_config import JobConfigFile
+from orchestrator.service.job_record import chain_position
 from orchestrator.service.job_resume import RESULT_FILE, chains_of, read_results
 from orchestrator.service.job_store import CONFIG_FILE, JOB_FILE, LOCK_FILE
 from orchestrator.trials.result import TrialResult
@@ -29,16 +38,33 @@ from orchestrator.trials.result import TrialResult
 _NOT_TRIALS = {CONFIG_FILE, JOB_FILE, LOCK_FILE}
 # A trial folder gets these in its first phase (materialize), long before its result.json.
 _TRIAL_MARKS = ("task", "logs")
+# A `trialbox run` trial's id: its task's name cleaned, `__`, 8 hex digits (`ids.new_id`); a
+# rerun's adds `.retryN`, and a folder that was taken `.N` (`materialize.claim_folder`).
+_RUN_TRIAL_ID = re.compile(
+    r"(?P<base>(?P<prefix>.+)__[0-9a-f]{8})(?:\.retry(?P<retry>\d+))?(?:\.\d+)?"
+)
 
 JobState = Literal["running", "finished", "stopped", "unknown"]
 
 
-class InFlight(BaseModel):
-    """A trial folder without a result.json: running now, or left by a process that died."""
+class Unfinished(BaseModel):
+    """A trial folder without a result.json: running now, or left by a run that stopped."""
 
     trial_id: str
     trial_dir: Path
     since: datetime = Field(description="When its folder got its staged input (about its start).")
+    task_name: str | None = Field(None, description="Its task, told by its id (None: unknown).")
+    attempt: int | None = Field(None, description="Known for a rerun (`.retryN`): its chain's.")
+    until: datetime | None = Field(
+        None,
+        description="Interrupted: the last sign its run was alive (that run's last result "
+        "after this trial began, else its own start): it ran at least that long.",
+    )
+    rerun: bool = Field(
+        False,
+        description="Interrupted, and its (task, attempt) ran again since: superseded, it "
+        "counts nowhere.",
+    )
 
 
 class JobOnDisk(BaseModel):
@@ -57,7 +83,13 @@ class JobOnDisk(BaseModel):
     superseded_by: dict[str, str] = Field(
         default_factory=dict, description="trial id -> the rerun that replaced it."
     )
-    in_flight: list[InFlight] = Field(default_factory=list)
+    in_flight: list[Unfinished] = Field(
+        default_factory=list, description="Trials running now (no result.json yet)."
+    )
+    interrupted: list[Unfinished] = Field(
+        default_factory=list,
+        description="Trials a run left without a result.json when it stopped: never running.",
+    )
     notes: list[str] = Field(default_factory=list, description="What could not be read.")
     locked: bool | None = Field(
         None, description="A trialbox run holds the folder's lock (None: cannot tell here)."
@@ -72,21 +104,29 @@ class JobOnDisk(BaseModel):
     @property
     def started_at(self) -> datetime | None:
         """When the job (or its latest resume) began, else its first trial's start."""
-        starts = [r.started_at for r in self.results] + [t.since for t in self.in_flight]
+        starts = [r.started_at for r in self.results]
+        starts += [t.since for t in self.in_flight + self.interrupted]
         if self.config is not None:
             starts.append(self.config.created_at)
         return min(starts) if starts else None
 
     @property
+    def pending(self) -> list[Unfinished]:
+        """The interrupted trials whose (task, attempt) has not run again: what a resume
+        still has to run besides the pairs no trial was started for."""
+        return [t for t in self.interrupted if not t.rerun]
+
+    @property
     def state(self) -> JobState:
-        """running: a run holds the lock; finished: every pair has a result and none is in
-        flight; stopped: a run job left incomplete (resume it); unknown: a serve folder."""
+        """running: a run holds the lock; finished: every (task, attempt) has a result,
+        whatever folders a stopped run left; stopped: a run job left incomplete (resume it);
+        unknown: a serve folder."""
         if self.locked:
             return "running"
         if self.source == "serve":
             return "running" if self.in_flight else "unknown"
         done = len(self.last_results)
-        if not self.in_flight and (self.n_expected is None or done >= self.n_expected):
+        if self.n_expected is None or done >= self.n_expected:
             return "finished"
         return "stopped"
 
@@ -134,6 +174,16 @@ def read_job(job_dir: Path) -> JobOnDisk:
         for older, newer in pairwise(chain.results):
             superseded_by[older.trial_id] = newer.trial_id
     ordered = sorted(results, key=lambda r: (r.started_at, r.trial_id))
+    locked = lock_held(job_dir / LOCK_FILE)
+    unfinished = _unfinished(job_dir, {Path(r.trial_dir).name for r in results})
+    if config is None:  # a serve folder: no lock tells whether its server still runs
+        in_flight, interrupted = unfinished, []
+    else:
+        # When the running run began: config.json's time, from the same clock as the folders'.
+        run_began = _at(_mtime_ns(job_dir / CONFIG_FILE))
+        in_flight = [t for t in unfinished if locked and t.since >= run_began]
+        interrupted = [t for t in unfinished if t not in in_flight]
+        _place(config, ordered, in_flight, interrupted)
     return JobOnDisk(
         job_id=job_id,
         job_dir=job_dir,
@@ -142,21 +192,23 @@ def read_job(job_dir: Path) -> JobOnDisk:
         n_expected=_n_expected(job_dir, config),
         results=ordered,
         superseded_by=superseded_by,
-        in_flight=_in_flight(job_dir, {Path(r.trial_dir).name for r in results}),
+        in_flight=in_flight,
+        interrupted=interrupted,
         notes=notes,
-        locked=lock_held(job_dir / LOCK_FILE),
+        locked=locked,
         read_at=datetime.now(UTC),
     )
 
 
 def fingerprint(job_dir: Path) -> str:
-    """Changes whenever a trial starts or finishes or job.json is rewritten: cheap (stats
-    only), so a page can ask for it every few seconds and rebuild only on a change."""
-    parts: list[str] = []
+    """Changes whenever a trial starts or finishes, job.json is rewritten or a run takes or
+    lets go of the folder's lock (its trials without a result stop being in flight): cheap
+    (stats only), so a page can ask for it every few seconds and rebuild only on a change."""
     try:
         entries = sorted(os.scandir(job_dir), key=lambda e: e.name)
     except OSError:
         return "gone"
+    parts = [f"locked:{lock_held(job_dir / LOCK_FILE)}"]
     for entry in entries:
         if entry.name in (JOB_FILE, CONFIG_FILE):
             parts.append(f"{entry.name}:{_mtime_ns(Path(entry.path))}")
@@ -166,10 +218,12 @@ def fingerprint(job_dir: Path) -> str:
 
 
 def may_change(job_dir: Path) -> bool:
-    """Whether the job may still change: a run holds its lock, or a trial folder has no
-    result.json yet (in flight, or left by a process that died). Stats only."""
+    """Whether the job may still change: a run holds its lock, or, in a serve folder (no
+    lock to tell by), a trial folder has no result.json yet. Stats only."""
     if lock_held(job_dir / LOCK_FILE):
         return True
+    if (job_dir / CONFIG_FILE).exists() or (job_dir / LOCK_FILE).exists():
+        return False  # a trialbox run folder nobody runs: what it left stays as it is
     try:
         entries = list(os.scandir(job_dir))
     except OSError:
@@ -224,7 +278,7 @@ def _n_expected(job_dir: Path, config: JobConfigFile | None) -> int | None:
     return len(config.tasks) * config.attempts if config is not None else None
 
 
-def _in_flight(job_dir: Path, finished: set[str]) -> list[InFlight]:
+def _unfinished(job_dir: Path, finished: set[str]) -> list[Unfinished]:
     found = []
     for entry in sorted(job_dir.iterdir()):
         if entry.name in _NOT_TRIALS or entry.name in finished or entry.name.startswith("."):
@@ -235,14 +289,77 @@ def _in_flight(job_dir: Path, finished: set[str]) -> list[InFlight]:
             continue
         staged = entry / "logs" / "agent" / "container_input.json"
         when = _mtime_ns(staged) or _mtime_ns(entry)
-        found.append(
-            InFlight(
-                trial_id=entry.name,
-                trial_dir=entry,
-                since=datetime.fromtimestamp(when / 1e9, UTC),
-            )
-        )
+        found.append(Unfinished(trial_id=entry.name, trial_dir=entry, since=_at(when)))
     return found
+
+
+def _place(
+    config: JobConfigFile,
+    results: list[TrialResult],
+    in_flight: list[Unfinished],
+    interrupted: list[Unfinished],
+) -> None:
+    """Name each unfinished trial's task (and, for a rerun, its attempt) from its id; mark
+    the interrupted ones whose (task, attempt) ran again since (`rerun`), and how long each
+    interrupted one is known to have run (`until`).
+
+    A rerun (`<id>.retryN`) belongs to its chain, whose results say the pair: it was rerun
+    when a later trial of that chain exists. A first attempt's id names only its task, so
+    per task: its pairs without any result are what its unfinished first attempts can be
+    working on, the newest of them first (a trial in flight before an interrupted one);
+    any older one's pair has run again since (a resume gave it a new trial id).
+    """
+    by_prefix = {_id_prefix(Path(t).name): Path(t).name for t in config.tasks}
+    by_prefix |= {_id_prefix(r.task_name): r.task_name for r in results}
+    chains: dict[str, list[TrialResult]] = {}
+    began: dict[str, list[datetime]] = {}  # chain -> when each of its trials began
+    for result in results:
+        base = chain_position(result)[0]
+        chains.setdefault(base, []).append(result)
+        began.setdefault(base, []).append(result.started_at)
+    dead = {id(t) for t in interrupted}
+    reruns: list[tuple[Unfinished, str]] = []
+    first_tries: dict[str, list[Unfinished]] = {}
+    for trial in in_flight + interrupted:
+        found = _RUN_TRIAL_ID.fullmatch(trial.trial_id)
+        if found is None:
+            continue  # not a trialbox run id: nothing to tell its task by
+        chain = chains.get(found["base"], [])
+        trial.task_name = chain[0].task_name if chain else by_prefix.get(found["prefix"])
+        began.setdefault(found["base"], []).append(trial.since)
+        if found["retry"] is not None:
+            trial.attempt = chain[0].attempt if chain else None
+            reruns.append((trial, found["base"]))
+        elif trial.task_name is not None:
+            first_tries.setdefault(trial.task_name, []).append(trial)
+    for trial, base in reruns:
+        trial.rerun = id(trial) in dead and any(when > trial.since for when in began[base])
+    covered = {(r.task_name, r.attempt) for r in results}
+    for task_name, trials in first_tries.items():
+        missing = [a for a in range(1, config.attempts + 1) if (task_name, a) not in covered]
+        newest_first = sorted(trials, key=lambda t: t.since, reverse=True)
+        for trial in newest_first[len(missing) :]:
+            trial.rerun = id(trial) in dead
+    runs = sorted([config.created_at, *config.resumed_at])
+    for trial in interrupted:
+        next_run = next((when for when in runs if when > trial.since), None)
+        alive = [
+            r.finished_at
+            for r in results
+            if r.finished_at is not None
+            and r.finished_at >= trial.since
+            and (next_run is None or r.finished_at <= next_run)
+        ]
+        trial.until = max([trial.since, *alive])
+
+
+def _id_prefix(task_name: str) -> str:
+    """What `trialbox run`'s trial ids of this task begin with (before `__<hex>`)."""
+    return new_id(task_name).rpartition("__")[0]
+
+
+def _at(mtime_ns: int) -> datetime:
+    return datetime.fromtimestamp(mtime_ns / 1e9, UTC)
 
 
 def _mtime_ns(path: Path) -> int:

@@ -19,6 +19,7 @@ PHASE_LABELS = {
     "collect": "collect",
     "teardown": "teardown",
     "running": "running",
+    "interrupted": "interrupted",
 }
 
 

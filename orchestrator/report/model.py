@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from orchestrator.report import stats, timeline
-from orchestrator.report.disk import InFlight, JobOnDisk, JobState
+from orchestrator.report.disk import JobOnDisk, JobState, Unfinished
 from orchestrator.report.files import DEFAULT_LOG_CAP, LogText, trial_logs
 from orchestrator.report.trajectory import AGENT_TRAJECTORY, TRAJECTORY, TrajectoryView, load, view
 from orchestrator.service.aggregates import counted
@@ -28,7 +28,10 @@ class TrialRow(BaseModel):
     trial_id: str
     task_name: str = ""
     attempt: int | None = None
-    status: str = Field(description="A TrialStatus, or 'running' for a trial in flight.")
+    status: str = Field(
+        description="A TrialStatus, 'running' for a trial in flight, or 'interrupted' for one "
+        "a stopped run left without a result."
+    )
     category: str | None = None
     error: str | None = Field(None, description="The error's first line, capped.")
     reward: float | None = None
@@ -37,6 +40,9 @@ class TrialRow(BaseModel):
     started_at: datetime | None = None
     counted: bool = False
     superseded_by: str | None = None
+    rerun: bool = Field(
+        False, description="Interrupted, and its (task, attempt) ran again since: superseded."
+    )
     lane: timeline.Lane | None = None
 
 
@@ -147,7 +153,8 @@ def job_page(job: JobOnDisk) -> JobPage:
     lanes = {lane.trial_id: lane for lane in timeline.lanes(job, zero)}
     scored = {r.trial_id for r in counted(last)}
     rows = [_row(r, lanes, scored, job.superseded_by.get(r.trial_id)) for r in job.results]
-    rows += [_running_row(t, lanes) for t in job.in_flight]
+    rows += [_unfinished_row(t, lanes, "running") for t in job.in_flight]
+    rows += [_unfinished_row(t, lanes, "interrupted") for t in job.interrupted]
     return JobPage(
         job_id=job.job_id,
         job_dir=str(job.job_dir),
@@ -156,7 +163,12 @@ def job_page(job: JobOnDisk) -> JobPage:
         agent=job.config.agent if job.config else (last[0].agent_spec if last else None),
         started_at=job.started_at,
         summary=stats.summarize(
-            last, job.results, n_expected=job.n_expected, n_in_flight=len(job.in_flight)
+            last,
+            job.results,
+            n_expected=job.n_expected,
+            n_in_flight=len(job.in_flight),
+            n_interrupted=len(job.pending),
+            n_interrupted_rerun=len(job.interrupted) - len(job.pending),
         ),
         histogram=stats.histogram(last),
         rows=rows,
@@ -231,13 +243,17 @@ def _row(
     )
 
 
-def _running_row(trial: InFlight, lanes: dict[str, timeline.Lane]) -> TrialRow:
+def _unfinished_row(trial: Unfinished, lanes: dict[str, timeline.Lane], status: str) -> TrialRow:
     lane = lanes.get(trial.trial_id)
     return TrialRow(
         trial_id=trial.trial_id,
-        status="running",
+        task_name=trial.task_name or "",
+        attempt=trial.attempt,
+        status=status,
         started_at=trial.since,
-        total_sec=None if lane is None else lane.end - lane.start,
+        # How long it has run; an interrupted one ran for longer than is known.
+        total_sec=None if lane is None or status != "running" else lane.end - lane.start,
+        rerun=trial.rerun,
         lane=lane,
     )
 

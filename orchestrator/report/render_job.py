@@ -75,12 +75,15 @@ def _state(page: JobPage) -> str:
     s = page.summary
     done = f"{s.n_trials} of {s.n_expected}" if s.n_expected else f"{s.n_trials}"
     flight = f", {s.n_in_flight} in flight" if s.n_in_flight else ""
+    flight += f", {s.n_interrupted} interrupted" if s.n_interrupted else ""
     if page.state == "running":
         text = f"running · {done} done{flight}"
     elif page.state == "finished":
         text = f"finished · {done} trials"
     elif page.state == "stopped":
-        text = f"stopped · {done} done — finish it with trialbox run --resume {page.job_dir}"
+        text = (
+            f"stopped · {done} done{flight} — finish it with trialbox run --resume {page.job_dir}"
+        )
     else:
         text = f"trialbox serve folder · {done} done{flight}"
     return f'<span class="state state-{esc(page.state)}">{esc(text)}</span>'
@@ -152,8 +155,15 @@ def _cards(page: JobPage) -> str:
         f"{esc(k)} errors <b>{n}</b></button>"
         for k, n in sorted(s.counts_by_category.items())
     ]
-    if s.n_superseded:
-        chips.append(f'<span class="chip muted">{s.n_superseded} superseded by a rerun</span>')
+    if s.n_interrupted:
+        chips.append(
+            f'<button class="chip st-interrupted" data-filter="status" data-value="interrupted"'
+            f' title="left without a result when its run stopped: a resume runs it again">'
+            f"interrupted <b>{s.n_interrupted}</b></button>"
+        )
+    superseded = s.n_superseded + s.n_interrupted_rerun
+    if superseded:
+        chips.append(f'<span class="chip muted">{superseded} superseded by a rerun</span>')
     return f'<div class="cards">{"".join(cards)}</div><div class="chips">{"".join(chips)}</div>'
 
 
@@ -273,6 +283,8 @@ def _timeline(page: JobPage) -> str:
     phases = ["waiting", *PHASES]
     if page.summary.n_in_flight:
         phases.append("running")
+    if page.summary.n_interrupted or page.summary.n_interrupted_rerun:
+        phases.append("interrupted")
     lanes = "".join(_lane(page, row, seconds) for row in page.rows)
     return (
         '<div class="timeline-box"><h3>Timeline</h3>'
@@ -329,6 +341,11 @@ def _table_row(page: JobPage, row: TrialRow) -> str:
         if row.superseded_by
         else ""
     )
+    if row.rerun:
+        superseded = (
+            ' <span class="tag" title="its (task, attempt) ran again after its run stopped">'
+            "rerun since</span>"
+        )
     status = f'<span class="st st-{esc(row.status)}">{esc(row.status)}</span>{superseded}'
     cells = [
         f'<a class="open-trial" href="{trial_href(page.job_id, row.trial_id)}">'
@@ -345,7 +362,7 @@ def _table_row(page: JobPage, row: TrialRow) -> str:
         f'<span title="{esc(stamp(row.started_at))}">{esc(clock(row.started_at))}</span>',
         f'<span class="err">{esc((row.error or "")[:140])}</span>',
     ]
-    classes = "superseded" if row.superseded_by else ""
+    classes = "superseded" if row.superseded_by or row.rerun else ""
     return f'<tr class="{classes}" {attrs}>' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 

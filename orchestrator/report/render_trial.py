@@ -38,7 +38,17 @@ def trial_section(detail: TrialDetail, *, inline: bool) -> str:
 def _error(detail: TrialDetail) -> str:
     row = detail.row
     if row.status == "running":
-        return '<div class="box info">This trial is still running (or its process died).</div>'
+        return '<div class="box info">This trial is still running.</div>'
+    if row.status == "interrupted":
+        then = (
+            "Its (task, attempt) ran again since, in a later trial: this one counts nowhere."
+            if row.rerun
+            else "trialbox run --resume runs its (task, attempt) again."
+        )
+        return (
+            '<div class="box warn"><h3>Interrupted</h3><p>Its run stopped (killed, or it '
+            f"crashed) before this trial wrote its result.json. {esc(then)}</p></div>"
+        )
     if detail.error_message is None:
         if row.status == "success" and row.reward is not None and row.reward <= 0:
             return (

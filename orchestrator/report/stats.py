@@ -27,8 +27,14 @@ class Summary(BaseModel):
 
     n_trials: int
     n_expected: int | None = None
-    n_in_flight: int = 0
-    n_superseded: int = 0
+    n_in_flight: int = Field(0, description="Trials running now.")
+    n_interrupted: int = Field(
+        0, description="Trials a stopped run left without a result, their pair not run since."
+    )
+    n_interrupted_rerun: int = Field(
+        0, description="Interrupted trials whose (task, attempt) ran again since: superseded."
+    )
+    n_superseded: int = Field(0, description="Results a rerun replaced.")
     counts_by_status: dict[str, int] = Field(default_factory=dict)
     counts_by_category: dict[str, int] = Field(default_factory=dict)
     n_counted: int = 0
@@ -68,10 +74,16 @@ def with_infra(results: list[TrialResult]) -> list[TrialResult]:
 
 
 def summarize(
-    last: list[TrialResult], every: list[TrialResult], *, n_expected: int | None, n_in_flight: int
+    last: list[TrialResult],
+    every: list[TrialResult],
+    *,
+    n_expected: int | None,
+    n_in_flight: int,
+    n_interrupted: int = 0,
+    n_interrupted_rerun: int = 0,
 ) -> Summary:
     """`last`: one result per (task, attempt); `every`: all results, reruns' earlier ones too
-    (they took time)."""
+    (they took time). The trials without a result are only counted, never in the figures."""
     scored = counted(last)
     scored_all = counted(with_infra(last))
     starts = [r.started_at for r in every]
@@ -80,6 +92,8 @@ def summarize(
         n_trials=len(last),
         n_expected=n_expected,
         n_in_flight=n_in_flight,
+        n_interrupted=n_interrupted,
+        n_interrupted_rerun=n_interrupted_rerun,
         n_superseded=len(every) - len(last),
         counts_by_status=dict(Counter(r.status for r in last)),
         counts_by_category=dict(Counter(r.error.category for r in last if r.error)),

@@ -4,7 +4,8 @@ A trial records when it started (`started_at`, once it held a slot) and how long
 took; the phases run one after another in a fixed order, so each starts where the previous
 ended. Before its start, a trial of `trialbox run` waited: for a slot since the job (or its
 resume) began, or, for a rerun, since the attempt it replaces ended (the retry backoff and
-then a slot). A trial still running is one span up to now.
+then a slot). A trial still running is one span up to now; one a stopped run left without a
+result is one span up to the last sign its run was alive, and grows no more.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from orchestrator.trials.result import TrialResult
 
 
 class Span(BaseModel):
-    phase: str = Field(description="A phase name, 'waiting' or 'running'.")
+    phase: str = Field(description="A phase name, 'waiting', 'running' or 'interrupted'.")
     start: float = Field(description="Seconds from the timeline's origin.")
     seconds: float
 
@@ -39,8 +40,8 @@ class Axis(BaseModel):
 
 
 def lanes(job: JobOnDisk, zero: datetime) -> list[Lane]:
-    """One lane per result (superseded ones too: they took time) and per trial in flight,
-    in order of start."""
+    """One lane per result (superseded ones too: they took time), per trial in flight and per
+    interrupted trial, in order of start."""
     by_id = {r.trial_id: r for r in job.results}
     previous = {newer: by_id[older] for older, newer in job.superseded_by.items() if older in by_id}
     found = [_lane(r, zero, _waited_since(job, r, previous.get(r.trial_id))) for r in job.results]
@@ -53,6 +54,17 @@ def lanes(job: JobOnDisk, zero: datetime) -> list[Lane]:
                 start=start,
                 end=now,
                 spans=[Span(phase="running", start=start, seconds=now - start)],
+            )
+        )
+    for trial in job.interrupted:
+        start = _seconds(trial.since, zero)
+        end = max(_seconds(trial.until or trial.since, zero), start)
+        found.append(
+            Lane(
+                trial_id=trial.trial_id,
+                start=start,
+                end=end,
+                spans=[Span(phase="interrupted", start=start, seconds=end - start)],
             )
         )
     return sorted(found, key=lambda lane: (lane.start, lane.trial_id))

@@ -4,12 +4,16 @@ engine, as `trialbox serve` makes them), plus what a test writes into a trial's 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from container_runtime import atif
 from orchestrator import Limits, TrialConfig
 from orchestrator.service.job import JobRecord, run_job
+from orchestrator.service.job_store import lock_job_dir
 from tests.conftest import write_task
 
 QUICK = Limits(stop_term_grace_sec=0.5, stop_kill_grace_sec=0.5)
@@ -103,3 +107,13 @@ def trial_of(job: JobRecord, prefix: str) -> Any:
     found = [t for t in job.trials if t.task_name.startswith(prefix)]
     assert len(found) == 1, [t.trial_id for t in job.trials]
     return found[0]
+
+
+@contextmanager
+def run_holding(job_dir: str | Path) -> Iterator[None]:
+    """The job folder's lock held, as a `trialbox run` of the job holds it while it runs."""
+    fd = lock_job_dir(Path(job_dir))
+    try:
+        yield
+    finally:
+        os.close(fd)

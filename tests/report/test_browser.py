@@ -23,7 +23,14 @@ from orchestrator.report.server import ReportServer, serving
 from orchestrator.service.job import JobRecord, run_job
 from tests.conftest import BASE_IMAGE_MAP, EXAMPLES, TEST_OWNER, write_task
 from tests.report.browser import browser_page, dump_dom, screenshot
-from tests.report.helpers import PAYLOAD, SOLVE, fake_config, fake_job, write_trajectory
+from tests.report.helpers import (
+    PAYLOAD,
+    SOLVE,
+    fake_config,
+    fake_job,
+    run_holding,
+    write_trajectory,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
@@ -185,21 +192,22 @@ async def test_the_served_page_refreshes_while_a_job_runs(tmp_path: Path) -> Non
     job = await fake_job(tmp_path, passing=2, failing=1)
     trial = Path(job.trials[0].trial_dir)
     held = tmp_path / "held-result.json"
-    shutil.move(trial / "result.json", held)  # that trial is in flight again
     state = f"document.querySelector('section.job[data-job=\"{job.job_id}\"] .state').textContent"
 
     with serving(ReportServer([tmp_path / "jobs"], port=0)) as server:
         async with browser_page(tmp_path / "profile") as page:
-            await page.goto(server.url)
-            assert (await page.evaluate(state)).startswith("stopped · 2 of 3 done")
-            assert (
-                await page.evaluate(
-                    f"document.querySelector('tr[data-trial=\"{trial.name}\"]').dataset.status"
+            with run_holding(job.job_dir):  # a run of the job holds its folder...
+                shutil.move(trial / "result.json", held)  # ...and that trial is in flight
+                await page.goto(server.url)
+                assert (await page.evaluate(state)).startswith("running · 2 of 3 done, 1 in flight")
+                assert (
+                    await page.evaluate(
+                        f"document.querySelector('tr[data-trial=\"{trial.name}\"]').dataset.status"
+                    )
+                    == "running"
                 )
-                == "running"
-            )
 
-            shutil.move(held, trial / "result.json")  # the trial ends
+            shutil.move(held, trial / "result.json")  # the trial ended, and its run
             assert (await page.wait_for(state + ".startsWith('finished') && " + state)).startswith(
                 "finished · 3 of 3 trials"
             )

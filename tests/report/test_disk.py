@@ -15,7 +15,7 @@ from orchestrator.report.disk import NoJobFound, find_jobs, lock_held, may_chang
 from orchestrator.service.retries import Backoff
 from tests.conftest import write_task
 from tests.jobs.helpers import FlakyBackend
-from tests.report.helpers import fake_config, fake_job
+from tests.report.helpers import fake_config, fake_job, run_holding
 
 
 async def test_a_finished_run_job_reads_as_its_job_json_says(tmp_path: Path) -> None:
@@ -73,21 +73,32 @@ async def test_a_job_still_running_shows_its_lock_and_its_trials_in_flight(
     assert (after.state, after.locked) == ("finished", False)
 
 
-async def test_a_trial_folder_without_a_result_is_in_flight_and_the_job_stopped(
+async def test_a_trial_folder_without_a_result_is_in_flight_only_while_a_run_holds_the_job(
     tmp_path: Path,
 ) -> None:
     job = await fake_job(tmp_path, passing=2, failing=0)
     victim = Path(job.trials[0].trial_dir)
     (victim / "result.json").unlink()  # as a SIGKILL mid-trial leaves it
+
+    with run_holding(job.job_dir):  # a run of the job is working on it
+        live = read_job(Path(job.job_dir))
+        live_may_change = may_change(Path(job.job_dir))
     staged = victim / "logs" / "agent" / "container_input.json"
     os.utime(staged, (1_700_000_000, 1_700_000_000))
+    dead = read_job(Path(job.job_dir))  # nobody runs it: the run that made it stopped
 
-    read = read_job(Path(job.job_dir))
-
-    assert [t.trial_id for t in read.in_flight] == [victim.name]
-    assert read.in_flight[0].since.timestamp() == 1_700_000_000
-    assert read.state == "stopped"  # not locked, not complete: resume it
-    assert may_change(Path(job.job_dir))
+    assert (live.state, [t.trial_id for t in live.in_flight], live.interrupted) == (
+        "running", [victim.name], []
+    )  # fmt: skip
+    assert live_may_change
+    assert (dead.state, dead.in_flight, [t.trial_id for t in dead.interrupted]) == (
+        "stopped", [], [victim.name]
+    )  # fmt: skip
+    [left] = dead.interrupted
+    assert left.since.timestamp() == 1_700_000_000
+    assert (left.task_name, left.rerun) == (job.trials[0].task_name, False)
+    assert [t.trial_id for t in dead.pending] == [victim.name]  # resume runs its pair again
+    assert not may_change(Path(job.job_dir))
 
 
 async def test_reruns_supersede_the_attempt_they_replace(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.report.server import ReportServer, serving
-from tests.report.helpers import fake_job, trial_of
+from tests.report.helpers import fake_job, run_holding, trial_of
 
 
 def get(url: str) -> tuple[int, str, str]:
@@ -60,9 +60,10 @@ async def test_the_state_endpoint_changes_when_a_trial_starts_or_ends(tmp_path: 
     with serving(ReportServer([tmp_path / "jobs"], port=0)) as server:
         first = json.loads(get(server.url + "api/state")[2])
         same = json.loads(get(server.url + "api/state")[2])
-        shutil.move(trial / "result.json", tmp_path / "result.json")  # back in flight
-        running = json.loads(get(server.url + "api/state")[2])
-        page = get(server.url)[2]
+        with run_holding(job.job_dir):  # a run of the job, its trial back in flight
+            shutil.move(trial / "result.json", tmp_path / "result.json")
+            running = json.loads(get(server.url + "api/state")[2])
+            page = get(server.url)[2]
         shutil.move(tmp_path / "result.json", trial / "result.json")
         done = json.loads(get(server.url + "api/state")[2])
 
