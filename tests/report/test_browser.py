@@ -112,7 +112,7 @@ def test_a_failed_trial_shows_why_and_its_log_as_text(jobs: Jobs, tmp_path: Path
     assert "hidden" not in tag
     assert jobs.failed.error is not None
     assert "Why it failed" in shown and 'class="cat-validation">validation</span>' in shown
-    assert html.escape(jobs.failed.error.message.splitlines()[0]) in shown
+    assert html.escape(jobs.failed.error.message.splitlines()[0], quote=False) in shown
     assert "test-stdout.txt" in shown and "but wrote no reward" in shown
     # The verifier's <script> and <img onerror> are text on the page, and never ran.
     assert "&lt;script&gt;document.body.setAttribute(" in shown
