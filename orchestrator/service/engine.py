@@ -108,6 +108,8 @@ class TrialEngine:
         self.job_id = check_id(job_id or new_id("serve"), "job id")
         self._slots = asyncio.Semaphore(n_concurrent)
         self._live: dict[str, InFlight] = {}
+        # The disposition each live rollout's first cancel was given (forgotten as it settles).
+        self._cancel_answers: dict[str, Disposition] = {}
         self._finished: TtlCache[RolloutStatus] = (
             TtlCache(retention_sec) if clock is None else TtlCache(retention_sec, clock=clock)
         )
@@ -273,6 +275,7 @@ class TrialEngine:
         rollout_id = rollout.request.rollout_id
         if self._live.get(rollout_id) is rollout:
             del self._live[rollout_id]
+            self._cancel_answers.pop(rollout_id, None)
         if result.status in ("success", "failure") and result.timings.total > 0:
             self._mean_trial_sec = 0.8 * self._mean_trial_sec + 0.2 * result.timings.total
         self._finished.set(rollout_id, settled_status(rollout_id, result))
@@ -324,14 +327,21 @@ class TrialEngine:
     ) -> dict[str, Disposition]:
         """Cancel by exactly one selector; returns at once with a disposition per rollout.
 
+        The disposition says how the rollout will end: `cancelled_queued` (it never ran) and
+        `cancelled_running` (its trial is aborted and torn down) end `cancelled`; `finishing`
+        means too late: its trial's phases were over (verification done, or a phase failed)
+        and its shielded finishing steps end it with its own outcome, `success` or `failure`
+        (it is not cancelled). A cancel repeated while the rollout is live answers as the
+        first did.
+
         `within`, when given, narrows any selector to ids that start with it (a tenant's
         prefix): others are left alone, and named ids outside it read `not_found`. An id that
         is neither live nor finished reads `not_found` and is tombstoned: a later submit of
         it is refused (`RolloutTombstoned`) for the retention window.
         """
         return cancel_selected(
-            self._live, self._finished, self._tombstones, ids=ids, prefix=prefix,
-            everything=all, session_id=session_id, within=within,
+            self._live, self._finished, self._tombstones, self._cancel_answers, ids=ids,
+            prefix=prefix, everything=all, session_id=session_id, within=within,
         )  # fmt: skip
 
     async def cancel(
@@ -344,7 +354,8 @@ class TrialEngine:
         within: str | None = None,
         wait: bool = True,
     ) -> dict[str, Disposition]:
-        """`cancel_nowait`, then (by default) wait until those rollouts have torn down."""
+        """`cancel_nowait`, then (by default) wait until those rollouts have torn down (a
+        `finishing` one, until it has finished)."""
         runners = {i: r.runner for i, r in self._live.items() if r.runner is not None}
         dispositions = self.cancel_nowait(
             ids=ids, prefix=prefix, all=all, session_id=session_id, within=within

@@ -14,7 +14,11 @@ from orchestrator.gateway.record import Usage
 from orchestrator.gateway.settings import ModelOverride
 from orchestrator.trials.result import TrialStatus
 
-Disposition = Literal["cancelled_queued", "cancelled_running", "not_found"]
+Disposition = Literal["cancelled_queued", "cancelled_running", "finishing", "not_found"]
+"""What a cancel did to one rollout, a promise about how it ends: `cancelled_queued` (it never
+ran) and `cancelled_running` (its trial was aborted) end `cancelled`; `finishing`: too late,
+its trial's phases were over (verified, or a phase failed) and it ends with its own outcome,
+`success` or `failure`; `not_found`: no live rollout of that id."""
 
 MAX_BODY_BYTES = 1 << 20
 """A request body larger than this is answered 413 (`--max-body-bytes`)."""
