@@ -29,7 +29,9 @@ def abort(scope: str, timeout_sec: float = 10.0) -> dict[str, Disposition]:
     """Cancel the live rollouts of `scope` (an id prefix or a session id); returns dispositions.
 
     The cancellations are host aborts through the relay: each trial ends as cancelled and its
-    sandbox is removed. This returns once the cancellations are requested, not finished.
+    sandbox is removed, except one already finishing (verified, or a phase failed: answered
+    `finishing`), which keeps its outcome. This returns once the cancellations are requested,
+    not finished.
     Rollouts of `scope` submitted afterwards, within each engine's `abort_tombstone_sec`,
     are refused (the tombstone is recorded first, so none slips in between).
     """
