@@ -14,9 +14,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
-from orchestrator.common.errors import TaskError
 from orchestrator.gateway.settings import DEFAULT_KEY_ENV, ModelConfig, ModelLimits, Sampling
-from orchestrator.tasks.task import Task, discover_tasks, is_task_dir, load_task, resolve_task_id
+from orchestrator.tasks.task import (
+    Task,
+    discover_tasks,
+    load_tasks,
+    resolve_task_id,
+    task_folders,
+)
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
 
 EXIT_INFRA = 3
@@ -221,18 +226,6 @@ def add_base_image_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def task_folders(path: Path) -> list[Path]:
-    """The task folder PATH, or every task folder directly inside it, sorted by name."""
-    if is_task_dir(path):
-        return [path]
-    if not path.is_dir():
-        raise TaskError(f"{path}: no such folder")
-    folders = sorted(p for p in path.iterdir() if p.is_dir() and is_task_dir(p))
-    if not folders:
-        raise TaskError(f"{path}: holds no task folder (none has instruction.md or task.toml)")
-    return folders
-
-
 def tasks_of(args: Any) -> list[Task]:
     """The tasks PATH and --task-id name, less those --exclude-task matches (left out before
     loading: an excluded task is never read)."""
@@ -246,7 +239,7 @@ def tasks_of(args: Any) -> list[Task]:
     kept = [f for f in folders if not any(fnmatchcase(f.resolve().name, g) for g in excluded)]
     if not kept:
         raise ValueError(f"{args.path}: --exclude-task {' '.join(excluded)} leaves no task")
-    return [load_task(folder) for folder in kept]
+    return load_tasks(kept)
 
 
 def config_of(args: Any) -> TrialConfig:

@@ -32,7 +32,6 @@ from orchestrator.cli.common import (
     config_of,
     progress_bar,
     signal_exit_code,
-    task_folders,
     tasks_of,
 )
 from orchestrator.cli.labels import label_value, read_labels
@@ -50,7 +49,7 @@ from orchestrator.service.job_config import JobConfigFile
 from orchestrator.service.job_ids import fresh_job_id
 from orchestrator.service.job_resume import needs_rerun
 from orchestrator.service.job_store import CONFIG_FILE
-from orchestrator.tasks.task import Task
+from orchestrator.tasks.task import Task, task_folders
 from orchestrator.trials.agents import parse_agent
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig
 from orchestrator.trials.result import TrialResult

@@ -272,14 +272,41 @@ def is_task_dir(path: Path) -> bool:
     return os.path.lexists(path / "instruction.md") or os.path.lexists(path / "task.toml")
 
 
-def discover_tasks(path: str | Path) -> list[Task]:
-    """One task folder, or every task folder directly inside `path`, sorted by name."""
+def task_folders(path: str | Path) -> list[Path]:
+    """The task folder `path`, or every task folder directly inside it, sorted by name."""
     root = Path(path)
     if is_task_dir(root):
-        return [load_task(root)]
+        return [root]
     if not root.is_dir():
         raise TaskError(f"{root}: no such folder")
     folders = sorted(p for p in root.iterdir() if p.is_dir() and is_task_dir(p))
     if not folders:
         raise TaskError(f"{root}: holds no task folder (none has instruction.md or task.toml)")
-    return [load_task(p) for p in folders]
+    return folders
+
+
+def load_tasks(folders: list[Path]) -> list[Task]:
+    """Every folder loaded; the ones that cannot be used are refused together, so a dataset
+    with several broken tasks is mended in one pass rather than one error at a time."""
+    tasks: list[Task] = []
+    broken: list[tuple[Path, TaskError]] = []
+    for folder in folders:
+        try:
+            tasks.append(load_task(folder))
+        except TaskError as exc:
+            broken.append((folder, exc))
+    if len(broken) == 1:
+        raise broken[0][1]
+    if broken:
+        each = "\n".join(f"- {exc}" for _, exc in broken)
+        leave_out = " ".join(f"--exclude-task {folder.name}" for folder, _ in broken)
+        raise TaskError(
+            f"{len(broken)} of {len(folders)} task folders cannot be used:\n{each}\n"
+            f"mend them, or leave them out (trialbox run ... {leave_out})"
+        )
+    return tasks
+
+
+def discover_tasks(path: str | Path) -> list[Task]:
+    """One task folder, or every task folder directly inside `path`, sorted by name."""
+    return load_tasks(task_folders(path))
