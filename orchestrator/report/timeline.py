@@ -45,29 +45,22 @@ def lanes(job: JobOnDisk, zero: datetime) -> list[Lane]:
     by_id = {r.trial_id: r for r in job.results}
     previous = {newer: by_id[older] for older, newer in job.superseded_by.items() if older in by_id}
     found = [_lane(r, zero, _waited_since(job, r, previous.get(r.trial_id))) for r in job.results]
-    for trial in job.in_flight:
-        start = _seconds(trial.since, zero)
-        now = max(_seconds(job.read_at, zero), start)
-        found.append(
-            Lane(
-                trial_id=trial.trial_id,
-                start=start,
-                end=now,
-                spans=[Span(phase="running", start=start, seconds=now - start)],
-            )
-        )
-    for trial in job.interrupted:
-        start = _seconds(trial.since, zero)
-        end = max(_seconds(trial.until or trial.since, zero), start)
-        found.append(
-            Lane(
-                trial_id=trial.trial_id,
-                start=start,
-                end=end,
-                spans=[Span(phase="interrupted", start=start, seconds=end - start)],
-            )
-        )
+    for trial in job.in_flight:  # running up to now
+        found.append(_open_lane(trial.trial_id, "running", trial.since, job.read_at, zero))
+    for trial in job.interrupted:  # up to the last sign its run was alive, never growing
+        end = trial.until or trial.since
+        found.append(_open_lane(trial.trial_id, "interrupted", trial.since, end, zero))
     return sorted(found, key=lambda lane: (lane.start, lane.trial_id))
+
+
+def _open_lane(trial_id: str, phase: str, since: datetime, until: datetime, zero: datetime) -> Lane:
+    """A trial without a result: one bar from `since` to `until` (never before `since`)."""
+    start = _seconds(since, zero)
+    end = max(_seconds(until, zero), start)
+    return Lane(
+        trial_id=trial_id, start=start, end=end,
+        spans=[Span(phase=phase, start=start, seconds=end - start)],
+    )  # fmt: skip
 
 
 def axis(found: list[Lane]) -> Axis:

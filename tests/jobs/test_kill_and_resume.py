@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -49,14 +50,12 @@ def wait_for_a_result(job_dir: Path, process: subprocess.Popen[bytes]) -> None:
         time.sleep(0.02)
 
 
-def test_a_job_killed_halfway_is_finished_by_resume(tmp_path: Path) -> None:
-    make_tasks(tmp_path, *TASKS, solve_sh="#!/bin/sh\nsleep 0.5\n")
-    job_dir = tmp_path / "jobs" / "killed"
-    log = (tmp_path / "first.log").open("wb")
+def kill_halfway(command: list[str], job_dir: Path, output: Any = subprocess.DEVNULL) -> None:
+    """Start `command` (a trialbox run) in its own process group, SIGKILL the whole group once
+    the first result is written, and check nothing of it is left."""
     first = subprocess.Popen(
-        trialbox("run", str(tmp_path / "tasks"), "--backend", "fake", "-n", "2",
-                 "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "killed"),
-        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        command, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+        start_new_session=True,
     )  # fmt: skip
     try:
         wait_for_a_result(job_dir, first)
@@ -66,8 +65,18 @@ def test_a_job_killed_halfway_is_finished_by_resume(tmp_path: Path) -> None:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(timeout=10)
-        log.close()
     assert gone(first.pid)  # the whole process group
+
+
+def test_a_job_killed_halfway_is_finished_by_resume(tmp_path: Path) -> None:
+    make_tasks(tmp_path, *TASKS, solve_sh="#!/bin/sh\nsleep 0.5\n")
+    job_dir = tmp_path / "jobs" / "killed"
+    with (tmp_path / "first.log").open("wb") as log:
+        kill_halfway(
+            trialbox("run", str(tmp_path / "tasks"), "--backend", "fake", "-n", "2",
+                     "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "killed"),
+            job_dir, log,
+        )  # fmt: skip
 
     before = {p: p.read_bytes() for p in job_dir.glob("*/result.json")}
     finished = [r for r in map(readable, before.values()) if r is not None]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from orchestrator.report.model import TrialRow, job_page
 from orchestrator.service.job import resume_job
 from tests.conftest import REPO_ROOT
 from tests.jobs.helpers import make_tasks
-from tests.jobs.test_kill_and_resume import gone, trialbox, wait_for_a_result
+from tests.jobs.test_kill_and_resume import kill_halfway, trialbox
 from tests.jobs.test_resume import stopped_job
 
 QUICK = "#!/bin/sh\n"
@@ -49,19 +48,7 @@ def test_a_killed_job_reads_stopped_and_once_resumed_finished_with_no_trial_runn
         'job_name = "killed"\n'
     )
     job_dir = tmp_path / "jobs" / "killed"
-    first = subprocess.Popen(
-        trialbox("run", "-c", str(job_file)), cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        wait_for_a_result(job_dir, first)
-        os.killpg(first.pid, signal.SIGKILL)
-        assert first.wait(timeout=10) == -signal.SIGKILL
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait(timeout=10)
-    assert gone(first.pid)
+    kill_halfway(trialbox("run", "-c", str(job_file)), job_dir)
 
     # Stopped halfway: it says so and how to finish it; what was running is interrupted.
     stopped = read_job(job_dir)
