@@ -101,7 +101,9 @@ def _test_owner() -> Iterator[str]:
 def our_containers(client: docker.DockerClient) -> list:
     """Containers of this test session (running or not)."""
     return client.containers.list(
-        all=True, filters={"label": [LABEL_TRIAL, f"{LABEL_OWNER}={TEST_OWNER}"]}
+        ignore_removed=True,
+        all=True,
+        filters={"label": [LABEL_TRIAL, f"{LABEL_OWNER}={TEST_OWNER}"]},
     )
 
 

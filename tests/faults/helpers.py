@@ -99,10 +99,10 @@ def job_containers(client: docker.DockerClient, owner: str, job: str) -> list[An
     labels = ["trialbox.trial", f"trialbox.owner={owner}", f"trialbox.job={job}"]
     for _ in range(10):
         try:
-            return client.containers.list(all=True, filters={"label": labels})
+            return client.containers.list(ignore_removed=True, all=True, filters={"label": labels})
         except docker.errors.NotFound:  # one went away between the list and its inspect
             time.sleep(0.05)
-    return client.containers.list(all=True, filters={"label": labels})
+    return client.containers.list(ignore_removed=True, all=True, filters={"label": labels})
 
 
 def created_since(client: docker.DockerClient, since: float, owner: str) -> list[str]:

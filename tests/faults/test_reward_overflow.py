@@ -82,7 +82,9 @@ async def test_a_verifier_writing_a_400_digit_reward_fails_the_trial_as_validati
     assert len(container_watch.created()) == 1
     assert (
         container_watch.client.containers.list(
-            all=True, filters={"label": f"trialbox.job={container_watch.job_id}"}
+            ignore_removed=True,
+            all=True,
+            filters={"label": f"trialbox.job={container_watch.job_id}"},
         )
         == []
     )

@@ -20,7 +20,9 @@ TASKS = ["quick", "slow-1", "slow-2", "slow-3"]
 
 
 def ours(client: docker.DockerClient, job_id: str) -> list[str]:
-    found = client.containers.list(all=True, filters={"label": f"trialbox.job={job_id}"})
+    found = client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"trialbox.job={job_id}"}
+    )
     return [c.name for c in found]
 
 

@@ -90,13 +90,13 @@ def test_reap_removes_what_a_job_left_behind(docker_ready, docker_client, tmp_pa
     assert kept.returncode == 0, kept.stderr
     left_job = json.loads(kept.stdout)["job_id"]
     label = {"label": f"trialbox.job={left_job}"}
-    assert len(docker_client.containers.list(all=True, filters=label)) == 1
+    assert len(docker_client.containers.list(ignore_removed=True, all=True, filters=label)) == 1
 
     assert trialbox("reap").returncode == 1  # says whose, or nothing happens
     listed = trialbox("reap", "--job", left_job, "--dry-run")
     assert listed.returncode == 0 and "1 trial container" in listed.stdout
-    assert len(docker_client.containers.list(all=True, filters=label)) == 1
+    assert len(docker_client.containers.list(ignore_removed=True, all=True, filters=label)) == 1
 
     reaped = trialbox("reap", "--job", left_job)
     assert reaped.returncode == 0 and "removed 1 container" in reaped.stdout
-    assert docker_client.containers.list(all=True, filters=label) == []
+    assert docker_client.containers.list(ignore_removed=True, all=True, filters=label) == []

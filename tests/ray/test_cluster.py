@@ -67,8 +67,8 @@ async def until(check: Callable[[], bool], *, within: float = 120.0) -> None:
 def running_on(two: TwoEngines, job_id: str) -> tuple[int, int]:
     """How many of the job's sandboxes run on each engine."""
     labels = {"label": [f"trialbox.job={job_id}"], "status": "running"}
-    return len(two.first.containers.list(filters=labels)), len(
-        two.second.containers.list(filters=labels)
+    return len(two.first.containers.list(ignore_removed=True, filters=labels)), len(
+        two.second.containers.list(ignore_removed=True, filters=labels)
     )
 
 
@@ -82,8 +82,10 @@ def agents_on(two: TwoEngines, job_id: str, command: str = "sleep 300") -> tuple
         except docker.errors.APIError:  # gone meanwhile
             return False
 
-    first = sum(busy(c) for c in two.first.containers.list(filters=labels))
-    return first, sum(busy(c) for c in two.second.containers.list(filters=labels))
+    first = sum(busy(c) for c in two.first.containers.list(ignore_removed=True, filters=labels))
+    return first, sum(
+        busy(c) for c in two.second.containers.list(ignore_removed=True, filters=labels)
+    )
 
 
 async def test_trials_land_on_both_engines_and_come_back_with_their_files(

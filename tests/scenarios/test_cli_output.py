@@ -18,7 +18,9 @@ pytestmark = pytest.mark.docker
 
 def containers_of(client: docker.DockerClient, owner: str) -> list:
     return client.containers.list(
-        all=True, filters={"label": ["trialbox.trial", f"trialbox.owner={owner}"]}
+        ignore_removed=True,
+        all=True,
+        filters={"label": ["trialbox.trial", f"trialbox.owner={owner}"]},
     )
 
 

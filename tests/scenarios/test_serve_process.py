@@ -21,7 +21,8 @@ def until_a_running_container_of_ours(client: docker.DockerClient, within: float
     deadline = time.monotonic() + within
     while True:
         running = client.containers.list(
-            filters={"label": f"trialbox.owner={TEST_OWNER}", "status": "running"}
+            ignore_removed=True,
+            filters={"label": f"trialbox.owner={TEST_OWNER}", "status": "running"},
         )
         if running:
             return

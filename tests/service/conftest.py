@@ -63,7 +63,9 @@ async def make_engine(config: TrialConfig) -> AsyncIterator[MakeEngine]:
 
 def our_container_names(client: docker.DockerClient, config: TrialConfig) -> list[str]:
     found = client.containers.list(
-        all=True, filters={"label": ["trialbox.trial", f"trialbox.owner={config.owner}"]}
+        ignore_removed=True,
+        all=True,
+        filters={"label": ["trialbox.trial", f"trialbox.owner={config.owner}"]},
     )
     return [c.name for c in found]
 
@@ -77,7 +79,9 @@ async def until_sandbox_up(
     job = f"trialbox.job={engine.job_id}"
 
     def names() -> list[str]:
-        running = client.containers.list(filters={"label": job, "status": "running"})
+        running = client.containers.list(
+            ignore_removed=True, filters={"label": job, "status": "running"}
+        )
         return [c.name for c in running]
 
     deadline = time.monotonic() + within
