@@ -16,9 +16,9 @@ FAILED_RUN = "The command '/bin/sh -c apt-get update' returned a non-zero code: 
 @pytest.mark.parametrize(
     "printed",
     [
-        "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  "
-        "Temporary failure resolving 'deb.debian.org'",
-        "curl: (6) Could not resolve host: github.com",
+        "W: Failed to fetch http://mirror.example.test/debian/dists/bookworm/InRelease  "
+        "Temporary failure resolving 'mirror.example.test'",
+        "curl: (6) Could not resolve host: code.example.test",
         "WARNING: Retrying ... Failed to establish a new connection: [Errno -3] "
         "Temporary failure in name resolution",
         "error: Failed to fetch: `https://files.example.test/x.whl` Caused by: dns error",
@@ -48,8 +48,8 @@ def test_a_dependency_that_does_not_exist_stays_the_tasks_fault(printed: str) ->
 def test_an_offline_apt_update_then_a_failed_install_is_offline() -> None:
     lines = [
         "Step 2/3 : RUN apt-get update",
-        "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  "
-        "Temporary failure resolving 'deb.debian.org'",  # a warning: the step exits 0
+        "W: Failed to fetch http://mirror.example.test/debian/dists/bookworm/InRelease  "
+        "Temporary failure resolving 'mirror.example.test'",  # a warning: the step exits 0
         "Step 3/3 : RUN apt-get install -y curl",
         "E: Unable to locate package curl",
     ]
@@ -60,7 +60,7 @@ def test_an_offline_apt_update_then_a_failed_install_is_offline() -> None:
 def test_only_the_failing_steps_output_counts() -> None:
     earlier = [
         "Step 2/3 : RUN apt-get update || true",
-        "Temporary failure resolving 'deb.debian.org'",
+        "Temporary failure resolving 'mirror.example.test'",
         "Step 3/3 : RUN test -f /missing",
     ]
     failed = "The command '/bin/sh -c test -f /missing' returned a non-zero code: 1"
@@ -73,7 +73,7 @@ async def test_a_step_that_cannot_reach_the_network_is_infra_with_a_hint(
 ) -> None:
     # The step prints what apt prints on a machine without internet and exits as apt does;
     # the test itself sends nothing off this machine.
-    step = "RUN echo \"E: Temporary failure resolving 'deb.debian.org'\" && exit 100\n"
+    step = "RUN echo \"E: Temporary failure resolving 'mirror.example.test'\" && exit 100\n"
     task = make_task(dockerfile=DEFAULT_DOCKERFILE + step)
     result = await run_trial(task, "nop", config=config)
     assert result.error is not None
