@@ -14,7 +14,8 @@ either raises `RolloutTombstoned`, and its id reads `cancelled`. `watch` is the 
 it returns once a rollout's status changes, woken by the engine's own transitions.
 
 This module is the lifecycle: admit, load, hold a slot, run, settle, cancel, shut down. The
-parts with rules of their own live beside it: `loading` (a request's task and agent, each
+parts with rules of their own live beside it: `admission` (which submits are refused, and
+the retry-after a full line answers), `loading` (a request's task and agent, each
 loaded once), `trial_maker` (a rollout's trial, local or placed on a cluster node, and the
 model gateway local trials share), `tombstones` (what must not start),
 `watchers` (long polls), `status` (the documents a rollout reads as), `selection` (what a
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -34,20 +34,12 @@ from pathlib import Path
 from orchestrator.common.ids import check_id, new_id, trial_id_for
 from orchestrator.gateway.server import Gateway
 from orchestrator.sandbox import Backend
+from orchestrator.service.admission import Admission, waiting_in
 from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
 from orchestrator.service.loading import Loader
-from orchestrator.service.rollouts import (
-    Disposition,
-    DuplicateRollout,
-    EngineClosed,
-    QueueFull,
-    RolloutFinished,
-    RolloutRequest,
-    RolloutStatus,
-    RolloutTombstoned,
-)
+from orchestrator.service.rollouts import Disposition, RolloutRequest, RolloutStatus
 from orchestrator.service.status import live_status, settled_status
 from orchestrator.service.tombstones import (
     DEFAULT_ABORT_TOMBSTONE_SEC,
@@ -128,7 +120,7 @@ class TrialEngine:
         )
         self._closed = False
         self._outbox = Outbox()
-        self._mean_trial_sec = 10.0
+        self._admission = Admission(n_concurrent, max_queue_depth)
         self._trials = TrialMaker(self.config, self.backend, self.job_id)
         self.loop: asyncio.AbstractEventLoop | None = None
         _engines.add(self)
@@ -138,44 +130,13 @@ class TrialEngine:
     @property
     def waiting(self) -> int:
         """Rollouts accepted but not yet holding a slot."""
-        return sum(1 for r in self._live.values() if not r.running)
-
-    def _retry_after(self) -> int:
-        line = self.waiting + 1
-        return max(1, min(300, math.ceil(self._mean_trial_sec * line / self.n_concurrent)))
+        return waiting_in(self._live)
 
     def _admit(self, request: RolloutRequest) -> None:
-        """Refuse a rollout the engine will not take: an id it knows (live, tombstoned or
-        finished), closing, a scope aborted lately, a full queue."""
-        rollout_id = request.rollout_id
-        if rollout_id in self._live:
-            raise DuplicateRollout(
-                f"rollout {rollout_id!r} is still in flight", self.status(rollout_id)
-            )
-        tombstone = self._tombstones.get(rollout_id)
-        if tombstone is not None:
-            raise RolloutTombstoned(
-                f"rollout {rollout_id!r} will not run: {tombstone.error}", tombstone
-            )
-        finished = self._finished.get(rollout_id)
-        if finished is not None:
-            raise RolloutFinished(
-                f"rollout {rollout_id!r} already finished ({finished.status}); it does not run "
-                "again",
-                finished,
-            )
-        if self._closed:
-            raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
-        tombstone = self._tombstones.bury_if_aborted(request)
-        if tombstone is not None:
-            raise RolloutTombstoned(
-                f"rollout {rollout_id!r} will not run: {tombstone.error}", tombstone
-            )
-        if self.max_queue_depth is None:
-            return
-        would_wait = max(0, len(self._live) + 1 - self.n_concurrent)
-        if would_wait > self.max_queue_depth:
-            raise QueueFull(self._retry_after(), self.waiting)
+        self._admission.check(
+            request, live=self._live, tombstones=self._tombstones, finished=self._finished,
+            closed=self._closed, status=self.status,
+        )  # fmt: skip
 
     def tombstone_scope(self, scope: str) -> None:
         """For `abort_tombstone_sec`, refuse rollouts whose id starts with `scope` or whose
@@ -276,8 +237,7 @@ class TrialEngine:
         if self._live.get(rollout_id) is rollout:
             del self._live[rollout_id]
             self._cancel_answers.pop(rollout_id, None)
-        if result.status in ("success", "failure") and result.timings.total > 0:
-            self._mean_trial_sec = 0.8 * self._mean_trial_sec + 0.2 * result.timings.total
+        self._admission.observe(result)
         self._finished.set(rollout_id, settled_status(rollout_id, result))
         if not rollout.done.done():
             rollout.done.set_result(result)
