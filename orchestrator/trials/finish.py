@@ -31,14 +31,17 @@ from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.sandbox import Sandbox
+from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.collect import LogCollector
 from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.context import TrialContext
 from orchestrator.trials.materialize import Materialized
 from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.result import Phase, TrialError, TrialResult
 from orchestrator.trials.rewards import NO_REWARD, headline_reward
 from orchestrator.trials.verifier import VerifierRun, score, where_to_look
+from orchestrator.trials.verifier_network import judge_verifier_network, unreachable_line
 
 
 class TrialFinish:
@@ -46,6 +49,7 @@ class TrialFinish:
 
     # The trial's state, set by `Trial.__init__` and its phases.
     agent: Agent
+    task: Task
     config: TrialConfig
     limits: Limits
     trial_dir: Path
@@ -55,6 +59,7 @@ class TrialFinish:
     sandbox: Sandbox | None
     link: ModelLink | None
     verifier_run: VerifierRun | None
+    _context: TrialContext | None
     _phase: Phase
 
     # -- the record ---------------------------------------------------------------------------
@@ -99,6 +104,7 @@ class TrialFinish:
         if not cancelled and staged is not None:
             if verified and self.result.error is None:
                 await self._guarded("verify", self._score(staged))
+                await self._guarded("verify", self._judge_the_verifier_network(staged))
             await self._guarded("agent", self._judge_agent_report(staged))
         try:
             await asyncio.wait_for(self._teardown(), self.limits.teardown_sec)
@@ -162,6 +168,32 @@ class TrialFinish:
             return
         self.result.rewards = rewards
         self.result.reward = headline_reward(rewards)
+
+    async def _judge_the_verifier_network(self, staged: Materialized) -> None:
+        """A verifier that scored nothing positive because it could not reach the network:
+        `verifier_network.py` says whose fault that is (infra when this run took the network
+        away, the task's when it declares none, else a warning). A replaced score is kept
+        as a warning."""
+        context = self._context
+        if context is None:
+            return
+        line = await run_blocking(unreachable_line, staged.logs_dir)
+        verdict = judge_verifier_network(
+            line, self.result.rewards, sandbox_network=context.network_mode,
+            task_network=self.task.config.environment.effective_network_mode,
+            task_toml=self.task.path / "task.toml",
+        )  # fmt: skip
+        if verdict.warning is not None:
+            self.result.warnings.append(verdict.warning)
+        if verdict.error is None:
+            return
+        earlier, written = self.result.error, self.result.rewards
+        self.result.error, self.result.rewards, self.result.reward = None, {}, None
+        self._fail(verdict.error, "verify")
+        if written:
+            self.result.warnings.append(f"the reward the verifier wrote, not kept: {written}")
+        elif earlier is not None:
+            self.result.warnings.append(f"{earlier.type}: {earlier.message}")
 
     async def _judge_agent_report(self, staged: Materialized) -> None:
         """A problem the agent reports is an `agent` error when nothing was scored (the

@@ -19,6 +19,7 @@ from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.venv_layer import ImagePython
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, TaskBuildError
+from orchestrator.common.offline import names_the_network
 from orchestrator.sandbox.backend import RuntimeState
 
 TASK_REPO = "trialbox-env"
@@ -74,18 +75,11 @@ _BUILDKIT_HINT = (
 )
 
 
-# What a step prints when the build's network cannot reach the internet (apt, curl, wget,
-# git, pip, uv, npm, go): the task may be sound, this machine cannot build it. That sample
-# says nothing about the policy, so it is infra, not the task's fault.
-# Only words that name the network: "could not resolve" alone is also npm's, Maven's and
-# Gradle's word for a dependency that does not exist, which is the task's fault.
-_OFFLINE_SIGNS = (
-    "temporary failure resolving", "temporary failure in name resolution",
-    "could not resolve host", "could not resolve '", "unable to resolve host",
-    "name or service not known", "no address associated with hostname",
-    "network is unreachable", "failed to establish a new connection",
-    "getaddrinfo enotfound", "dial tcp: lookup", "dns error",
-)  # fmt: skip
+# A step that failed because the build's network cannot reach the internet (apt, curl, wget,
+# git, pip, uv, npm, go): the task may be sound, this machine cannot build it. That sample says
+# nothing about the policy, so it is infra, not the task's fault. A build connects to no local
+# service, so urllib3's "failed to establish a new connection" counts here too.
+_BUILD_ONLY_SIGNS = ("failed to establish a new connection",)
 # apt-get update exits 0 offline (its failures are warnings); the install step after it then
 # finds no package. Offline when an earlier step's output shows the update could not fetch.
 _APT_NOTHING_FOUND = ("unable to locate package", "has no installation candidate")
@@ -106,9 +100,10 @@ def offline_build(why: str, lines: list[str]) -> bool:
     """Whether a failed RUN step failed because the internet could not be reached."""
     if "returned a non-zero code" not in why.lower():
         return False
-    printed = "\n".join(_failing_step(lines)).lower()
-    if any(sign in printed for sign in _OFFLINE_SIGNS):
+    step = _failing_step(lines)
+    if names_the_network(step, extra=_BUILD_ONLY_SIGNS) is not None:
         return True
+    printed = "\n".join(step).lower()
     if any(words in printed for words in _APT_NOTHING_FOUND):
         whole = "\n".join(lines).lower()
         return any(sign in whole for sign in _APT_OFFLINE)
