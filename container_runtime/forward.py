@@ -14,7 +14,7 @@ import asyncio
 import os
 import socket
 import sys
-from typing import Optional
+from typing import Optional, TextIO
 
 CHUNK = 64 * 1024
 
@@ -71,17 +71,17 @@ def _detach() -> None:
     os.close(devnull)
 
 
-def forward_main(listen: str, target: str, daemon: bool, stdout: Optional[object] = None) -> int:
+def forward_main(listen: str, target: str, daemon: bool, stdout: Optional[TextIO] = None) -> int:
     host, _, port_text = listen.rpartition(":")
     listener = _listener(host or "127.0.0.1", int(port_text or 0))
     port = listener.getsockname()[1]
     out = stdout or sys.stdout
     if daemon:
         if os.fork() != 0:
-            print(port, file=out, flush=True)  # type: ignore[call-overload]
+            print(port, file=out, flush=True)
             os._exit(0)
         _detach()
     else:
-        print(port, file=out, flush=True)  # type: ignore[call-overload]
+        print(port, file=out, flush=True)
     asyncio.run(_serve(listener, target))
     return 0

@@ -98,6 +98,7 @@ def _build_wheel(files: dict[str, tuple[bytes, int]], project: Path, out: Path) 
 
 def _bound(given: str | None, declared: str | None, field: str, project: Path) -> Bound | None:
     """The class for `field`: the one given, else the project's [tool.trialbox] one."""
+    spec: str | None
     if given:
         spec, where = given, f"build_bundle({field}=...) for {project}"
     else:

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Sequence
+from typing import Protocol, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +25,12 @@ from orchestrator.sandbox import Backend
 from orchestrator.service.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
 from orchestrator.trials.bundle_agent import BundleAgent
 from orchestrator.trials.config import TrialConfig
+
+
+class _Cluster(Protocol):
+    """A backend made of nodes (the Ray backend's), each a backend to warm."""
+
+    async def nodes(self) -> Sequence[Backend]: ...
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -82,7 +90,7 @@ async def _prewarm_nodes(args: argparse.Namespace, console: Console, config: Tri
     started = time.monotonic()
     tasks = tasks_of(args)
     cluster = config.backend.build(config.limits)
-    nodes = await cluster.nodes()  # type: ignore[attr-defined]
+    nodes = await cast(_Cluster, cluster).nodes()
     rows: dict[str, list[PrewarmRow]] = {}
     with progress_bar(console) as progress:
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 
-async def ride_out_cancels(task: asyncio.Future[object], limit: float | None = None) -> bool:
+async def ride_out_cancels(task: asyncio.Future[Any], limit: float | None = None) -> bool:
     """Wait until `task` ends (or `limit` seconds pass), absorbing cancels meanwhile.
 
     Returns True when at least one cancel arrived, so the caller re-raises it.

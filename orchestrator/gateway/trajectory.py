@@ -289,9 +289,8 @@ def _logprobs(value: Any) -> list[float] | None:
     if not isinstance(content, list):
         return None
     logprobs = [entry.get("logprob") if isinstance(entry, dict) else None for entry in content]
-    if all(type(v) in (int, float) for v in logprobs):
-        return [float(v) for v in logprobs]
-    return None
+    numbers = [float(v) for v in logprobs if isinstance(v, int | float) and type(v) is not bool]
+    return numbers if len(numbers) == len(logprobs) else None
 
 
 def _shared_prefix(left: list[str], right: list[str]) -> int:

@@ -81,7 +81,9 @@ def _facts(detail: TrialDetail) -> str:
     agent = detail.agent
     if agent.get("termination") is not None:
         ended = f"{agent['termination']}, exit code {agent.get('exit_code')}"
-        facts.append(("agent", f"{ended} after {secs(float(agent.get('duration_sec') or 0))}"))
+        duration = agent.get("duration_sec")
+        seconds = float(duration) if isinstance(duration, int | float) else 0.0
+        facts.append(("agent", f"{ended} after {secs(seconds)}"))
     if agent.get("detail"):
         facts.append(("agent's ending", str(agent["detail"])))
     if detail.usage is not None:

@@ -74,7 +74,8 @@ class ReportServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}/"
 
 
 @contextlib.contextmanager

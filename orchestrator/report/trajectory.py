@@ -109,10 +109,10 @@ def view(doc: Any, name: str = TRAJECTORY) -> TrajectoryView:
         problem = _cap(str(exc))
     if not isinstance(doc, dict):
         return TrajectoryView(name=name, problem=problem)
-    agent = doc.get("agent") if isinstance(doc.get("agent"), dict) else {}
-    raw_steps = doc.get("steps") if isinstance(doc.get("steps"), list) else []
+    agent = _dict(doc.get("agent"))
+    raw_steps = _list(doc.get("steps"))
     steps = [_step(i, s) for i, s in enumerate(raw_steps[:STEP_CAP]) if isinstance(s, dict)]
-    totals = doc.get("final_metrics") if isinstance(doc.get("final_metrics"), dict) else {}
+    totals = _dict(doc.get("final_metrics"))
     return TrajectoryView(
         name=name,
         agent=" ".join(str(agent.get(k, "")) for k in ("name", "version")).strip(),
@@ -146,11 +146,20 @@ def training_fields(doc: Any) -> TrainingFields:
     return TrainingFields(messages=messages, completions=completions)
 
 
+def _dict(value: object) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one: a trajectory is read as found."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _step(index: int, raw: dict[str, Any]) -> StepView:
-    calls = raw.get("tool_calls") if isinstance(raw.get("tool_calls"), list) else []
-    observation = raw.get("observation") if isinstance(raw.get("observation"), dict) else {}
-    results = observation.get("results") if isinstance(observation.get("results"), list) else []
-    metrics = raw.get("metrics") if isinstance(raw.get("metrics"), dict) else {}
+    calls = _list(raw.get("tool_calls"))
+    observation = _dict(raw.get("observation"))
+    results = _list(observation.get("results"))
+    metrics = _dict(raw.get("metrics"))
     shown: dict[str, float] = {k: v for k, v in metrics.items() if _is_number(v)}
     for key in _METRIC_COUNTS:
         if isinstance(metrics.get(key), list):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -211,7 +211,7 @@ class EnvironmentSection(_Section):
                 "supported by trialbox; use 'public' or 'no-network'"
             )
         if self.network_mode is not None:
-            return _AS_DOCKER.get(self.network_mode, self.network_mode)  # type: ignore[return-value]
+            return _AS_DOCKER.get(self.network_mode) or cast(DockerNetworkMode, self.network_mode)
         return "bridge" if self.allow_internet else "none"
 
 

@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.build import (
@@ -85,19 +85,19 @@ class ImageBuilder:
         self._users: dict[str, str] = {}
         self._prebuilt = PrebuiltImages(self)
         self._inflight: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str, asyncio.Future[object]]
+            asyncio.AbstractEventLoop, dict[str, asyncio.Future[Any]]
         ] = weakref.WeakKeyDictionary()
-        self._running: dict[str, asyncio.Future[None]] = {}
+        self._running: dict[str, asyncio.Future[Any]] = {}
 
     def single_flight(self, key: str, make: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
         """One future per key and loop: callers that come while it runs share it."""
         inflight = self._inflight.setdefault(asyncio.get_running_loop(), {})
-        future = inflight.get(key)
+        future: asyncio.Future[T] | None = inflight.get(key)
         if future is None:
             future = asyncio.ensure_future(make())
             inflight[key] = future
             future.add_done_callback(lambda _: inflight.pop(key, None))
-        return future  # type: ignore[return-value]
+        return future
 
     # -- the tools image (tools_image.py), built once ----------------------------------------
 

@@ -53,7 +53,8 @@ _DASH_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", "r": "\r", "a": "\a", "b": "\
 
 def _dash_escapes(text: str) -> tuple[str, bool]:
     """dash's `echo` reads backslash escapes (bash's does not); `\\c` ends all output."""
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(text):
         if text[i] == "\\" and i + 1 < len(text):
             code = text[i + 1]
