@@ -40,6 +40,8 @@ from orchestrator.sandbox import (
 )
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What the engine answers for an exec when the sandbox's pids are all taken.
+NO_PID_LEFT = "OCI runtime exec failed: fork/exec: resource temporarily unavailable\r\n"
 
 
 class FakeSandbox:
@@ -63,6 +65,9 @@ class FakeSandbox:
         self.workdir = spec.workdir or image.workdir  # created, as the engine's -w does
         self.files.mkdir(self.workdir, parents=True)
         self.healthcheck: Healthcheck | None = None  # the image's HEALTHCHECK, set by tests
+        # What the engine says of the sandbox (`Faults.health`); a handler may change it
+        # mid-trial, as the kernel or someone outside would (an OOM kill, every pid taken).
+        self.engine_health: Health | None = self.scripts.faults.health
         self.has_runtime = True  # whether trialbox's Python runtime works in it
         self.processes = ProcessTable()
         self.processes.leaders_ignore_term = self.scripts.faults.leader_ignores_term
@@ -110,6 +115,8 @@ class FakeSandbox:
         faults = self.scripts.faults
         if faults.exec_fails_on is not None and faults.exec_fails_on in command:
             raise SandboxError(f"{what}: injected fault (the engine failed the exec)")
+        if self.engine_health is not None and self.engine_health.pids_exhausted:
+            return ExecResult(exit_code=126, output=NO_PID_LEFT)  # nothing can start in it
         try:
             identity = resolve(user, self.users, self.image.user)
         except LookupError as exc:  # the engine's own words and exit code
@@ -189,18 +196,23 @@ class FakeSandbox:
         return ImageDefaults(user=self.image.user, healthcheck=self.healthcheck)
 
     async def health(self, *, pids: bool = False) -> Health:
-        """The scripted health (`Faults.health`), else a sandbox that is simply there."""
-        scripted = self.scripts.faults.health
-        if scripted is not None:
+        """The scripted health (`engine_health`), else a sandbox that is simply there. As
+        Docker's, the pid count is read only when asked for and only of a running sandbox."""
+        scripted = self.engine_health
+        if scripted is None:
+            return Health(exists=self._present, running=self._present)
+        if pids and scripted.running:
             return scripted
-        return Health(exists=self._present, running=self._present)
+        return scripted.model_copy(update={"pids_current": None, "pids_limit": None})
 
     async def stop_all_from_host(self) -> bool:
-        """Every process ends at once, as SIGKILL from the host would; only when the scripted
-        health says the pids are exhausted, as Docker's does."""
-        if not (await self.health(pids=True)).pids_exhausted:
+        """Every process ends at once, as SIGKILL from the host would, and only PID 1 holds a
+        pid then; only when the scripted health says the pids are exhausted, as Docker's does."""
+        scripted = self.engine_health
+        if scripted is None or not (await self.health(pids=True)).pids_exhausted:
             return False
         self.processes.end_all()
+        self.engine_health = scripted.model_copy(update={"pids_current": 1})
         return True
 
     # -- teardown -----------------------------------------------------------------------------

@@ -66,7 +66,10 @@ class Faults:
     download_fails: bool = False
     destroy_fails: bool = False  # the sandbox stays, listed as a leftover
     leader_ignores_term: bool = False  # a timed-out agent needs KILL
-    health: Health | None = None  # what the engine would say (an OOM, a kill from outside)
+    # What the engine says of the sandbox from its start (an OOM, a kill from outside); a
+    # handler changes it mid-trial through `sandbox.engine_health`. While it says every
+    # pid is taken, no exec can start (126) until `stop_all_from_host` frees them.
+    health: Health | None = None
 
 
 @dataclass(frozen=True)

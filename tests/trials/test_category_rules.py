@@ -1,0 +1,187 @@
+"""The category rules (docs/architecture.md section 9), branch by branch, through whole trials
+on the fake backend: every way `trials/faults.py` judges a sandbox failure (`classify`, and its
+callers `after_agent`, `raise_if_going`, `explained`, `free_pids`, the relay's failing closed)
+lands the trial in the category, type, phase and `discardable` the rules give it.
+
+The engine's account is scripted: `Faults(health=...)` for what it says from the start (the
+relay's exec failing, then the engine asked), or a handler setting `sandbox.engine_health` at
+the moment it happens (the agent's or the verifier's doing). A new branch is one row of
+RULES. What the real engine reports for these is proven in tests/faults/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from orchestrator import Limits, TrialConfig, TrialResult, run_trial
+from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox, Faults
+from orchestrator.sandbox import Health
+from relay.launcher import SCOPE_MARKER
+from tests.conftest import write_task
+
+MEMORY_MB = 256
+PIDS = 64
+
+
+def toml_with(agent_timeout: float = 30, verifier_timeout: float = 30) -> str:
+    return (
+        f"[agent]\ntimeout_sec = {agent_timeout}\n[verifier]\ntimeout_sec = {verifier_timeout}\n"
+        f"[environment]\nmemory_mb = {MEMORY_MB}\npids_limit = {PIDS}\n"
+    )
+
+
+RESET = "rm -rf /logs/verifier"  # the verifier's setup (trials/verifier.py `_RESET`)
+
+# What the engine can say, by cause.
+UNKNOWN = Health(known=False)
+KILLED = Health(running=False, stopped_outside=True)
+REMOVED = Health(exists=False, running=False)
+REMOVED_BY_ENGINE = Health(exists=False, running=False, stopped_outside=True)
+OOM_STOPPED = Health(oom_kills=1, running=False)
+OOM_DIED = Health(oom_kills=2, running=False, died_inside=True)
+OOM_RUNNING = Health(oom_kills=3)  # the kernel killed a process; the sandbox goes on
+OOM_THEN_KILLED = Health(oom_kills=1, running=False, stopped_outside=True)
+DIED_INSIDE = Health(running=False, died_inside=True)
+NOT_RUNNING = Health(running=False)  # stopped, and the engine says by nobody's hand
+PIDS_TAKEN = Health(pids_current=PIDS, pids_limit=PIDS)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One branch: how the trial goes, and where the rules put it. `category` None: scored."""
+
+    id: str
+    category: str | None
+    error_type: str | None = None
+    phase: str | None = None
+    says: str = ""  # in the error's message (or, scored, in a warning)
+    engine: Health | None = None  # Faults.health: the engine's account from the start
+    fails_on: str | None = None  # Faults.exec_fails_on: the engine fails this exec
+    after_agent: Health | None = None  # the engine's account once the agent's work is done
+    agent_exit: int = 0
+    agent_sec: float = 0.0  # the agent's own time after that (past the timeout: stopped)
+    after_verifier: Health | None = None  # the engine's account once test.sh is done
+    verifier_exit: int = 0
+    verifier_sec: float = 0.0  # test.sh's own time (past the timeout: VerifierTimeoutError)
+    ended: str | None = None  # the agent's termination, where the row is about it
+    task_toml: str = toml_with()
+
+
+RULES = [
+    # -- the relay failed closed (its exec failed): the engine's account read before destroy --
+    Rule("relay-lost/no-cause", "infra", "AgentInfraError", "agent", "sandbox was lost",
+         engine=Health(), fails_on=SCOPE_MARKER),
+    Rule("relay-lost/engine-silent", "infra", "SandboxLostError", "agent", "did not answer",
+         engine=UNKNOWN, fails_on=SCOPE_MARKER),
+    Rule("relay-lost/killed-outside", "infra", "SandboxLostError", "agent", "from outside",
+         engine=KILLED, fails_on=SCOPE_MARKER),
+    Rule("relay-lost/removed", "infra", "SandboxLostError", "agent", "from outside",
+         engine=REMOVED, fails_on=SCOPE_MARKER),
+    Rule("relay-lost/oom-then-killed-outside", "infra", "SandboxLostError", "agent",
+         "from outside", engine=OOM_THEN_KILLED, fails_on=SCOPE_MARKER),
+    Rule("relay-lost/oom-stopped", "agent", "AgentResourceError", "agent", "out of memory",
+         engine=OOM_STOPPED, fails_on=SCOPE_MARKER),
+    Rule("relay-lost/oom-died", "agent", "AgentResourceError", "agent", "out of memory",
+         engine=OOM_DIED, fails_on=SCOPE_MARKER),
+    Rule("relay-lost/oom-but-running", "infra", "AgentInfraError", "agent", "sandbox was lost",
+         engine=OOM_RUNNING, fails_on=SCOPE_MARKER),
+    Rule("relay-lost/died-inside", "agent", "AgentResourceError", "agent", "from inside",
+         engine=DIED_INSIDE, fails_on=SCOPE_MARKER),
+    # -- the agent ended by itself (`after_agent`, `raise_if_going`) --------------------------
+    Rule("agent-ended/engine-silent", None, engine=None, after_agent=UNKNOWN),
+    Rule("agent-ended/killed-outside", "infra", "SandboxLostError", "agent", "from outside",
+         after_agent=KILLED, agent_exit=137),
+    Rule("agent-ended/removed", "infra", "SandboxLostError", "agent", "from outside",
+         after_agent=REMOVED_BY_ENGINE, agent_exit=137),
+    Rule("agent-ended/oom-stopped", "agent", "AgentResourceError", "agent",
+         f"out of memory (1 OOM kill(s); the task allows memory_mb={MEMORY_MB})",
+         after_agent=OOM_STOPPED, agent_exit=137),
+    Rule("agent-ended/oom-died", "agent", "AgentResourceError", "agent", "out of memory",
+         after_agent=OOM_DIED, agent_exit=137),
+    Rule("agent-ended/oom-but-running", None, says="the kernel's OOM killer acted (3 event(s)",
+         after_agent=OOM_RUNNING, agent_exit=137),
+    Rule("agent-ended/died-inside", "agent", "AgentResourceError", "agent", "from inside",
+         after_agent=DIED_INSIDE, agent_exit=137),
+    Rule("agent-ended/not-running", "infra", "SandboxLostError", "agent",
+         "the agent ended (137) with its sandbox", after_agent=NOT_RUNNING, agent_exit=137),
+    # Its pids all taken at its timeout, it is stopped from the host and scored (the relay's).
+    Rule("agent-timeout/pids-taken", None, after_agent=PIDS_TAKEN, agent_sec=60, ended="timeout",
+         task_toml=toml_with(agent_timeout=1)),
+    # -- the verifier could not start (`free_pids`, `explained`) ------------------------------
+    Rule("verifier-setup/pids-freed", None, says=f"held every pid the sandbox allows ({PIDS} "
+         f"of {PIDS}); they were killed from the host", after_agent=PIDS_TAKEN),
+    Rule("verifier-setup/engine-failed", "infra", "SandboxError", "verify", "injected fault",
+         fails_on=RESET),
+    Rule("verifier-setup/engine-failed-pids-taken", "agent", "AgentResourceError", "verify",
+         f"hold every pid the sandbox allows ({PIDS} of {PIDS})", fails_on=RESET,
+         after_agent=PIDS_TAKEN),
+    # -- test.sh was killed (`raise_if_going` after the verifier) -----------------------------
+    Rule("verifier-killed/sandbox-fine", None, verifier_exit=137),
+    Rule("verifier-killed/killed-outside", "infra", "SandboxLostError", "verify",
+         "from outside", after_verifier=KILLED, verifier_exit=137),
+    Rule("verifier-killed/oom-stopped", "agent", "AgentResourceError", "verify",
+         "out of memory", after_verifier=OOM_STOPPED, verifier_exit=137),
+    Rule("verifier-killed/died-inside", "agent", "AgentResourceError", "verify", "from inside",
+         after_verifier=DIED_INSIDE, verifier_exit=137),
+    Rule("verifier-killed/not-running", "infra", "SandboxLostError", "verify",
+         "tests/test.sh ended with 137", after_verifier=NOT_RUNNING, verifier_exit=137),
+    # -- the rest of the table's sandbox-side rows --------------------------------------------
+    Rule("verifier-timeout", "verifier", "VerifierTimeoutError", "verify",
+         "ran past its verifier timeout (0.3 s)", verifier_sec=5.0,
+         task_toml=toml_with(verifier_timeout=0.3)),
+]  # fmt: skip
+
+
+def backend_for(rule: Rule) -> FakeBackend:
+    async def agent(sandbox: FakeSandbox, call: ExecCall) -> int:
+        await call.sh("echo 42 > /app/answer.txt")
+        if rule.after_agent is not None:
+            sandbox.engine_health = rule.after_agent
+        await asyncio.sleep(rule.agent_sec)
+        return rule.agent_exit
+
+    async def verifier(sandbox: FakeSandbox, call: ExecCall) -> int:
+        solved = sandbox.files.read("/app/answer.txt") == b"42\n"
+        await call.sh(f"echo {int(solved)} > /logs/verifier/reward.txt")
+        await asyncio.sleep(rule.verifier_sec)
+        if rule.after_verifier is not None:
+            sandbox.engine_health = rule.after_verifier
+        return rule.verifier_exit
+
+    faults = Faults(health=rule.engine, exec_fails_on=rule.fails_on)
+    return FakeBackend(Limits(), agent=agent, verifier=verifier, faults=faults)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[rule.id for rule in RULES])
+async def test_each_sandbox_failure_lands_where_the_category_rules_put_it(
+    rule: Rule, tmp_path: Path
+) -> None:
+    task = write_task(tmp_path / "tasks", "rules", task_toml=rule.task_toml)
+    config = TrialConfig(jobs_dir=tmp_path / "jobs", backend={"type": "fake"})  # default limits
+    backend = backend_for(rule)
+
+    result = await run_trial(task, "command:solve", config=config, backend=backend)
+
+    written = json.loads((Path(result.trial_dir) / "result.json").read_text())
+    assert TrialResult.model_validate(written) == result
+    if rule.category is None:  # survived: scored, whatever the engine said, maybe a warning
+        assert (result.status, result.reward, result.error) == ("success", 1.0, None)
+        if rule.says:
+            assert any(rule.says in w for w in result.warnings), result.warnings
+        else:
+            assert result.warnings == [], result.warnings
+    else:
+        assert result.status == "failure" and result.reward is None
+        assert result.error is not None
+        got = (result.error.category, result.error.type, result.error.phase)
+        assert got == (rule.category, rule.error_type, rule.phase), result.error
+        assert rule.says in result.error.message, result.error.message
+        assert written["error"]["discardable"] is (rule.category == "infra")
+    if rule.ended is not None:
+        assert result.agent.termination == rule.ended, result.agent
+    assert all(sandbox.destroyed for sandbox in backend.created)
