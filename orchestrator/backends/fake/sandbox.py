@@ -26,7 +26,11 @@ from orchestrator.backends.fake.scripting import Scripts
 from orchestrator.backends.fake.shell import Shell
 from orchestrator.backends.fake.state import Capture, ShellState
 from orchestrator.backends.fake.users import DEFAULT_USERS, Identity, resolve
-from orchestrator.common.errors import SandboxError, SandboxNotFoundError
+from orchestrator.common.errors import (
+    SandboxConflictError,
+    SandboxError,
+    SandboxNotFoundError,
+)
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import RunOnce
@@ -115,6 +119,8 @@ class FakeSandbox:
         faults = self.scripts.faults
         if faults.exec_fails_on is not None and faults.exec_fails_on in command:
             raise SandboxError(f"{what}: injected fault (the engine failed the exec)")
+        if self.engine_health is not None and not self.engine_health.running:
+            raise SandboxConflictError(f"{what}: conflict: the sandbox is not running")
         if self.engine_health is not None and self.engine_health.pids_exhausted:
             return ExecResult(exit_code=126, output=NO_PID_LEFT)  # nothing can start in it
         try:
