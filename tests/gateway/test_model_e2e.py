@@ -7,11 +7,14 @@ user runs against vLLM, SGLang or a hosted API (gateway, forwarder, agent, traje
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from orchestrator import (
 )
 from orchestrator.sandbox import sandbox_name
 from orchestrator.service.server import create_app
+from orchestrator.trials.model_link import ModelLink
 from tests.conftest import BASE_IMAGE, EXAMPLES, OFFICIAL_IMAGE, REPO_ROOT
 from tests.support.standin import Reply, StandIn, StandInThread, shell_solver
 
@@ -88,37 +92,94 @@ async def test_the_shell_agent_solves_a_task_with_no_network_through_the_gateway
     assert [e["status_code"] for e in record["exchanges"]] == [200, 200, 200]
 
 
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# The probe prints hashes, never a value: what is collected from /logs is scrubbed of the key
+# and the token, so only a hash tells which of them was there. It never names the key either.
+KEY_PROBE = (
+    "command:set -u; "
+    'printf %s "$OPENAI_API_KEY" | sha256sum | cut -d" " -f1 > /logs/agent/key-sha256.txt; '
+    # every value in every process's environment
+    "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | while IFS= read -r line; do "
+    'printf %s "${line#*=}" | sha256sum | cut -d" " -f1; done > /logs/agent/env-sha256.txt; '
+    # every string in any file that looks like an upstream key of this test
+    "grep -rhoaE 'sk-upstream-e2e-[0-9a-f]+' / --exclude-dir=proc --exclude-dir=sys "
+    "2>/dev/null | sort -u | while IFS= read -r found; do "
+    'printf %s "$found" | sha256sum | cut -d" " -f1; done > /logs/agent/files-sha256.txt; '
+    "sleep 1"  # the engine lists an exec only while it runs: time to be seen
+)
+
+
+async def watch_execs(client: docker.DockerClient, name: str, seen: dict[str, Any]) -> None:
+    """The engine's record of every exec in container `name` while it runs (it forgets an
+    exec once it ended), read from outside (nothing run inside); until cancelled."""
+    while True:
+        try:
+            attrs = (await asyncio.to_thread(client.api.inspect_container, name)) or {}
+            for exec_id in attrs.get("ExecIDs") or []:
+                if exec_id not in seen:
+                    seen[exec_id] = await asyncio.to_thread(client.api.exec_inspect, exec_id)
+        except docker.errors.APIError:
+            pass  # not created yet, or an exec gone between the two calls
+        await asyncio.sleep(0.05)
+
+
 async def test_the_sandbox_never_sees_the_upstream_key(
-    config: TrialConfig, docker_client: docker.DockerClient
+    config: TrialConfig, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Environment, files, /proc and `docker inspect`: the key is nowhere in the sandbox."""
-    probe = (
-        "command:set -u; env > /logs/agent/env.txt; "
-        "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' > /logs/agent/proc-env.txt; "
-        f"grep -rl '{UPSTREAM_KEY}' / --exclude-dir=proc --exclude-dir=sys "
-        "> /logs/agent/grep.txt 2>/dev/null; echo grep-exit=$? >> /logs/agent/grep.txt"
-    )
+    """Inside, the agent's OPENAI_API_KEY is the slot's token (by its hash), and no process's
+    environment nor any file holds the key; outside, the engine's records of the container
+    and of every exec in it hold neither the key nor the token."""
+    tokens: list[str] = []
+    agent_env = ModelLink.agent_env
+
+    def recorded(link: ModelLink) -> dict[str, str]:
+        env = agent_env(link)
+        tokens.append(env["OPENAI_API_KEY"])
+        return env
+
+    monkeypatch.setattr(ModelLink, "agent_env", recorded)
     kept = config.model_copy(update={"keep_containers": True})
-    async with StandIn() as upstream:
-        result = await run_trial(SHELL_TASK, probe, config=with_model(kept, upstream))
+    trial_id, job_id = f"key-probe-{uuid.uuid4().hex[:8]}", f"job-key-probe-{uuid.uuid4().hex[:8]}"
+    name = sandbox_name(trial_id, job_id)
+    seen: dict[str, Any] = {}
+    watcher = asyncio.ensure_future(watch_execs(docker_client, name, seen))
     try:
-        container = docker_client.containers.get(sandbox_name(result.trial_id, result.job_id))
-        inspected = json.dumps(container.attrs)
+        async with StandIn() as upstream:
+            result = await run_trial(
+                SHELL_TASK, KEY_PROBE, config=with_model(kept, upstream), trial_id=trial_id,
+                job_id=job_id,
+            )  # fmt: skip
     finally:
-        docker_client.containers.get(sandbox_name(result.trial_id, result.job_id)).remove(
-            force=True
-        )
-    env = agent_file(result, "env.txt").read_text()
-    # the agent held the slot's token, itself scrubbed from what was collected
-    assert "OPENAI_API_KEY=[redacted]" in env and "OPENAI_BASE_URL=http://127.0.0.1:" in env
-    assert UPSTREAM_KEY not in env
-    assert UPSTREAM_KEY not in agent_file(result, "proc-env.txt").read_text()
-    assert agent_file(result, "grep.txt").read_text().strip() == "grep-exit=1"  # no file has it
-    assert UPSTREAM_KEY not in inspected
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    try:
+        inspected = docker_client.containers.get(name).attrs
+    finally:
+        docker_client.containers.get(name).remove(force=True)
+    assert result.error is None, result.error
+    (token,) = tokens
+    assert token != UPSTREAM_KEY and token.startswith("tb-")
+    key_hash, token_hash = sha256(UPSTREAM_KEY), sha256(token)
+    # inside: the agent holds the token, and nothing holds the key
+    assert agent_file(result, "key-sha256.txt").read_text().split() == [token_hash]
+    env_hashes = set(agent_file(result, "env-sha256.txt").read_text().split())
+    assert token_hash in env_hashes and key_hash not in env_hashes
+    assert key_hash not in agent_file(result, "files-sha256.txt").read_text().split()
+    # outside: the engine's own records of the sandbox
+    env = inspected["Config"]["Env"] or []
+    assert not [e for e in env if UPSTREAM_KEY in e or token in e], env
+    assert UPSTREAM_KEY not in json.dumps(inspected) and token not in json.dumps(inspected)
+    commands = [json.dumps(e["ProcessConfig"]) for e in seen.values()]
+    assert any("key-sha256.txt" in c for c in commands), commands  # the agent's own exec
+    assert not [c for c in commands if UPSTREAM_KEY in c or token in c]
     everything = "".join(
         p.read_text(errors="replace") for p in Path(result.trial_dir).rglob("*.json")
     )
-    assert UPSTREAM_KEY not in everything
+    assert UPSTREAM_KEY not in everything and token not in everything
 
 
 async def test_an_upstream_error_reaches_the_agent_and_the_trial_ends_cleanly(
