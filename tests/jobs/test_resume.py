@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from container_runtime import paths
+from container_runtime.contract import ContainerResult
 from orchestrator import TrialResult
-from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox
+from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox, Handler
 from orchestrator.service.job import JobRecord, resume_job, run_job
 from tests.jobs.helpers import NO_REWARD, QUICK, FlakyBackend, fake_config, make_tasks
 
@@ -110,3 +112,82 @@ async def test_resume_refuses_what_is_not_a_job_and_needs_the_credentials(
 
     again = await resume_job(first.job_dir, credentials={"MY_API_KEY": "sk-resume-secret-1"})
     assert again.trials == first.trials
+
+
+def workflow(tmp_path: Path) -> str:
+    source = tmp_path / "flow.py"
+    source.write_text("class Flow:\n    pass\n")
+    return f"workflow:{source}:Flow"
+
+
+def reporting(*, held: asyncio.Event | None = None) -> Handler:
+    """The workflow's run: task `flow`'s fails (its report says so: WorkflowError), task
+    `held`'s waits for `held` (never set: still running when the job stops), others succeed."""
+
+    async def run(sandbox: FakeSandbox, call: ExecCall) -> int:
+        trial = sandbox.spec.trial_id
+        if held is not None and trial.startswith("held__"):
+            await held.wait()
+        failed = trial.startswith("flow__")
+        report = ContainerResult(
+            status="failure" if failed else "success", duration_sec=0.1,
+            error="the model said no" if failed else None,
+            error_type="RuntimeError" if failed else None,
+        )  # fmt: skip
+        sandbox.files.put(paths.CONTAINER_RESULT, report.model_dump_json().encode())
+        return 1 if failed else 0
+
+    return run
+
+
+async def test_resume_keeps_agent_and_verifier_failures_byte_for_byte(tmp_path: Path) -> None:
+    """A failed workflow (`agent`) and a verifier past its timeout (`verifier`) are samples:
+    a job stopped while another trial ran keeps both as they were and reruns only that one."""
+    tasks = make_tasks(tmp_path, "flow", test_sh=NO_REWARD)
+    tasks += make_tasks(
+        tmp_path, "slow", test_sh="#!/bin/sh\nsleep 30\necho 1 > /logs/verifier/reward.txt\n",
+        task_toml="[verifier]\ntimeout_sec = 0.2\n",
+    )  # fmt: skip
+    tasks += make_tasks(tmp_path, "held")
+    finished: list[TrialResult] = []
+    two = asyncio.Event()
+
+    def done(result: TrialResult) -> None:
+        finished.append(result)
+        if len(finished) == 2:
+            two.set()
+
+    backend = FakeBackend(QUICK, agent=reporting(held=asyncio.Event()))
+    job = run_job(
+        tasks, workflow(tmp_path), n_concurrent=3, config=fake_config(tmp_path),
+        backend=backend, job_id="failed", on_trial_done=done,
+    )  # fmt: skip
+    work = asyncio.create_task(job)
+    await asyncio.wait_for(two.wait(), 10)
+    work.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await work
+    job_dir = tmp_path / "jobs" / "failed"
+    stopped = JobRecord.model_validate_json((job_dir / "job.json").read_text())
+    by_task = {t.task_name: t for t in stopped.trials}
+    errors = {n: t.error and (t.error.category, t.error.type, t.error.phase)
+              for n, t in by_task.items()}  # fmt: skip
+    assert errors == {
+        "flow": ("agent", "WorkflowError", "agent"),
+        "slow": ("verifier", "VerifierTimeoutError", "verify"),
+        "held": None,
+    }
+    assert by_task["held"].status == "cancelled"
+    kept = {name: Path(by_task[name].trial_dir) / "result.json" for name in ("flow", "slow")}
+    before = {name: (p.read_bytes(), p.stat().st_mtime_ns) for name, p in kept.items()}
+    again = FakeBackend(QUICK, agent=reporting())
+
+    resumed = await resume_job(job_dir, backend=again)
+
+    assert [s.spec.trial_id.split("__")[0] for s in again.created] == ["held"]
+    after = {name: (p.read_bytes(), p.stat().st_mtime_ns) for name, p in kept.items()}
+    assert after == before  # untouched, byte for byte
+    final = {t.task_name: t for t in resumed.trials}
+    assert final["flow"] == by_task["flow"] and final["slow"] == by_task["slow"]
+    assert final["held"].status == "success"
+    assert (resumed.n_trials, resumed.n_counted) == (3, 3)  # both failures count
