@@ -91,6 +91,12 @@ class VerifierSection(_Section):
         description="Environment of tests/test.sh; ${VAR} / ${VAR:-default} read the host.",
     )
     user: User = Field(None, description="User name or uid the verifier runs as.")
+    stop_leftovers: bool = Field(
+        False,
+        description="trialbox's own key (Harbor ignores it): stop every process the agent "
+        "left running before tests/test.sh, so none can write the reward; a service it was "
+        "asked to leave running is gone too (docs/harbor.md).",
+    )
     network_mode: HarborNetworkMode | None = Field(
         None, description="Harbor's per-phase network override; refused by trialbox."
     )

@@ -16,8 +16,7 @@ from orchestrator.common.errors import RewardFileError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.sandbox import Sandbox
-
-REWARD_FILES = ("reward.json", "reward.txt")
+from orchestrator.trials.rewards import REWARD_FILES
 
 
 class LogCollector:
@@ -53,7 +52,8 @@ class LogCollector:
             await run_blocking(scrubber.tree, self.trial_dir / "logs")
 
     def check_rewards_whole(self) -> None:
-        """A reward file cut at the cap is no reward: RewardFileError saying so."""
+        """A reward file cut at the cap is no reward: RewardFileError saying so (read only
+        where the verifier's exec printed no snapshot, so the collected copy is scored)."""
         for name in REWARD_FILES:
             if f"logs/verifier/{name}" in self.cut:
                 raise RewardFileError(

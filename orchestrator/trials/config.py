@@ -46,6 +46,12 @@ class TrialConfig(BaseModel):
 
     jobs_dir: Path = Field(Path("jobs"), description="Trial directories go under here.")
     keep_containers: bool = Field(False, description="Leave containers for debugging.")
+    stop_leftovers: bool = Field(
+        False,
+        description="Stop every process the agent left running before each verifier (as a "
+        "task's [verifier] stop_leftovers does): none can write the reward, and a service "
+        "the agent was asked to leave running is gone too.",
+    )
     base_image_map: dict[str, str] = Field(
         default_factory=_default_image_map,
         description=(

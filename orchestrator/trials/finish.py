@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import Coroutine, Iterator
@@ -157,9 +158,20 @@ class TrialFinish:
             self.result.warnings.append(f"after the outage: {earlier.type}: {earlier.message}")
 
     async def _score(self, staged: Materialized) -> None:
+        """Scored as the reward files stood when tests/test.sh exited (the verifier exec's
+        snapshot, kept with its digests in `reward-snapshot.json`); a collected copy that
+        differs is a warning."""
+        run = self.verifier_run
         try:
-            self.logs.check_rewards_whole()
-            rewards = await score(staged.logs_dir)
+            if run is None or run.snapshot is None:
+                self.logs.check_rewards_whole()  # the collected copy is what is scored
+            else:
+                record = json.dumps(run.snapshot.as_record(), indent=2)
+                where = self.trial_dir / "reward-snapshot.json"
+                async with aiofiles.open(where, "w", encoding="utf-8") as out:
+                    await out.write(self.scrubber.text(record))
+            rewards, notes = await score(run, staged.logs_dir)
+            self.result.warnings.extend(notes)
         except RewardFileError as exc:
             if exc.reason == NO_REWARD:  # say where to look
                 hint = await run_blocking(where_to_look, self.verifier_run, staged.logs_dir)

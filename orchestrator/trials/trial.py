@@ -51,7 +51,7 @@ from orchestrator.trials.readiness import wait_ready
 from orchestrator.trials.result import AgentOutcome, Phase, TrialResult, initial_result
 from orchestrator.trials.runtime import check_runtime, runtime_missing
 from orchestrator.trials.users import ROOT, user_ids
-from orchestrator.trials.verifier import VerifierRun, VerifierSetup, verify
+from orchestrator.trials.verifier import VerifierRun, VerifierSetup, prepare_verifier, verify
 from relay import Relay, RelayOutcome, RelayPolicy
 
 AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
@@ -292,6 +292,15 @@ class Trial(TrialFinish):
         self.result.status = "grading"
         if self._on_grading is not None:
             self._on_grading(self)
+        setup = VerifierSetup(
+            timeout_sec=self.task.config.verifier.timeout_sec, env=self.context.verifier_env,
+            user=self.context.verifier_user, owner=self._verifier_owner,
+            stop_leftovers=self.config.stop_leftovers or self.task.config.verifier.stop_leftovers,
+        )  # fmt: skip
+        # First: what the agent did to the framework's folders is undone before anything lands.
+        self.result.warnings.extend(
+            await prepare_verifier(sandbox, setup, self.limits, **self._mem)
+        )
         if self.link is not None:
             try:
                 note = await self.link.hand_over(
@@ -301,14 +310,7 @@ class Trial(TrialFinish):
                 note = f"the recorded conversation was not given to the verifier: {exc!r}"
             if note is not None:
                 self.result.warnings.append(note)
-        setup = VerifierSetup(
-            timeout_sec=self.task.config.verifier.timeout_sec, env=self.context.verifier_env,
-            user=self.context.verifier_user, owner=self._verifier_owner,
-        )  # fmt: skip
-        self.verifier_run, notes = await verify(
-            sandbox, staged.tests_dir, setup, self.limits, **self._mem
-        )
-        self.result.warnings.extend(notes)
+        self.verifier_run = await verify(sandbox, staged.tests_dir, setup, self.limits, **self._mem)
 
     # -- the whole trial ----------------------------------------------------------------------
 

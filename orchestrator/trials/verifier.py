@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from secrets import token_hex
 
 from container_runtime import paths
 from orchestrator.common.archive import tar_of_dir, tar_of_files
@@ -26,77 +27,175 @@ from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Sandbox
 from orchestrator.trials.faults import explained, free_pids, raise_if_going
-from orchestrator.trials.rewards import read_rewards
+from orchestrator.trials.rewards import (
+    NOT_A_FILE,
+    REWARD_FILES,
+    SNAPSHOT_CAP,
+    RewardSnapshot,
+    changed_after,
+    parse_snapshot,
+    read_rewards,
+)
 
 VERIFIER_STDOUT = f"{paths.VERIFIER_DIR}/test-stdout.txt"
-_RESET = (
-    f"rm -rf {paths.VERIFIER_DIR} {paths.TESTS_DIR} && mkdir -p {paths.VERIFIER_DIR}"
-    f" && chmod 0755 {paths.VERIFIER_DIR}"
-)
-_RUN = (
-    f"exec >{VERIFIER_STDOUT} 2>&1 </dev/null; "
-    f"$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh"
-)
+PREPARE_MARK = "# trialbox: prepare the verifier"
+FOUND = "trialbox-found: "
+STOPPED = "trialbox-stopped: "
+# The agent's leftover processes, SIGKILLed from a root exec (only the shell's builtins, so
+# it runs while most pids are taken): every process but PID 1, this shell and its `timeout`,
+# in rounds until a round finds none but PID 1's own sleep (it comes back at once) or zombies.
+_STOP = f"""n=0 i=0
+while [ $i -lt 50 ]; do
+  left=0
+  for d in /proc/[0-9]*; do
+    p=${{d#/proc/}}
+    case $p in 1|$$|$PPID) continue;; esac
+    read -r st 2>/dev/null <"$d/stat" || continue
+    comm=${{st#*(}}; comm=${{comm%)*}}
+    set -- ${{st##*) }}
+    case $1 in Z*|X*) continue;; esac
+    kill -9 "$p" 2>/dev/null || continue
+    [ "$2 $comm" = "1 sleep" ] || left=$((left + 1))
+  done
+  [ $left -eq 0 ] && break
+  n=$((n + left)) i=$((i + 1))
+done
+echo "{STOPPED}$n"
+[ $left -eq 0 ] || echo "{FOUND}processes still starting after $i rounds of the stop"
+"""
+# Each path the framework relies on must be a real folder of root's with its documented mode
+# (section 4 of docs/architecture.md). What is not (a symlink, a file, another owner or mode,
+# missing) is reported and replaced: POSIX sh and ls only, so any image with a shell runs it.
+_REPAIR = f"""found() {{ echo "{FOUND}$*"; }}
+odd() {{
+  if [ -L "$1" ] || {{ [ -e "$1" ] && [ ! -d "$1" ]; }}; then
+    found "$1 was no folder: $(ls -ldn "$1" 2>&1)"
+  else return 1
+  fi
+}}
+fix() {{
+  p=$1 want=$2 mode=$3 optional=$4
+  if odd "$p"; then
+    rm -f "$p" || exit 1
+    optional=
+  fi
+  if [ ! -d "$p" ]; then
+    [ -n "$optional" ] && return 0
+    mkdir "$p" && chmod "$mode" "$p" || exit 1
+    return 0
+  fi
+  set -- $(ls -ldn "$p")
+  if [ "${{1%[.+@]}} $3 $4" != "$want 0 0" ]; then
+    found "$p was ${{1%[.+@]}} owned by $3:$4"
+    chown 0:0 "$p" && chmod "$mode" "$p" || exit 1
+  fi
+}}
+fix {paths.LOGS_DIR} drwxr-xr-x 0755
+fix {paths.AGENT_DIR} drwxrwxrwx 0777
+fix {paths.ARTIFACTS_DIR} drwxrwxrwx 0777
+fix /opt/trialbox drwxr-xr-x 0755 optional
+odd {paths.VERIFIER_DIR}
+odd {paths.TESTS_DIR}
+rm -rf {paths.VERIFIER_DIR} {paths.TESTS_DIR} && mkdir {paths.VERIFIER_DIR} \
+  && chmod 0755 {paths.VERIFIER_DIR}
+"""  # fmt: skip
+
+
+def prepare_script(*, stop_leftovers: bool) -> str:
+    """The root exec before the verifier: the agent's leftovers stopped (when asked), the
+    framework's folders repaired, `/logs/verifier` and `/tests` emptied."""
+    return "\n".join([PREPARE_MARK, _STOP if stop_leftovers else "", _REPAIR])
+
+
+def run_line(mark: str) -> str:
+    """tests/test.sh (its output to test-stdout.txt, so its leftovers never hold this exec's
+    pipe), then, in the same exec, the reward files as they stand at its exit, as hex
+    (`rewards.parse_snapshot` reads it); the exec exits as test.sh did."""
+    verifier = paths.VERIFIER_DIR
+    return (
+        f"MARK={mark}; CAP={SNAPSHOT_CAP + 1}\n"
+        f"$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh >{VERIFIER_STDOUT} 2>&1 "
+        "</dev/null\n"
+        "rc=$?\n"
+        "if command -v od >/dev/null 2>&1 && command -v dd >/dev/null 2>&1; then\n"
+        f"  for f in {' '.join(REWARD_FILES)}; do\n"
+        f"    p={verifier}/$f\n"
+        '    if [ -L "$p" ] || { [ -e "$p" ] && [ ! -f "$p" ]; }; then echo "$MARK $f '
+        f'{NOT_A_FILE}"\n'
+        '    elif [ -f "$p" ]; then echo "$MARK $f"; '
+        'dd if="$p" bs=$CAP count=1 2>/dev/null | od -An -v -tx1; fi\n'
+        "  done\n"
+        '  echo "$MARK end"\n'
+        "fi\n"
+        "exit $rc"
+    )
 
 
 @dataclass(frozen=True)
 class VerifierSetup:
     """How tests/test.sh is run: its time limit, its own variables, its user and that user's
-    (uid, gid), resolved before the agent ran (`trials/users.py`)."""
+    (uid, gid), resolved before the agent ran (`trials/users.py`); and whether the agent's
+    leftover processes are stopped first (`--stop-leftovers`, `[verifier] stop_leftovers`)."""
 
     timeout_sec: float
     env: Mapping[str, str] = field(default_factory=dict)
     user: str = ""  # "": the image's USER
     owner: tuple[int, int] = (0, 0)
+    stop_leftovers: bool = False
 
 
 @dataclass(frozen=True)
 class VerifierRun:
-    """How tests/test.sh ended in the sandbox."""
+    """How tests/test.sh ended in the sandbox, and the reward files as they stood then (None:
+    the exec printed no whole snapshot, so the collected copy is scored)."""
 
     exit_code: int | None
     seconds: float
+    snapshot: RewardSnapshot | None = None
 
 
-async def run_verifier(
-    sandbox: Sandbox, tests_dir: Path, setup: VerifierSetup, limits: Limits
-) -> VerifierRun:
-    """Empty /logs/verifier, upload `tests_dir` as /tests (only its user may enter it: root,
-    or the verifier's user), run tests/test.sh.
+def _findings(output: str) -> list[str]:
+    """The prepare script's report, as warnings."""
+    notes = []
+    for line in output.splitlines():
+        if line.startswith(FOUND):
+            notes.append(
+                f"before the verifier: {line.removeprefix(FOUND).strip()}; trialbox put it "
+                "back as a real folder of root's (what was there is the agent's doing)"
+            )
+        elif line.startswith(STOPPED) and line.removeprefix(STOPPED).strip() not in ("", "0"):
+            notes.append(
+                "the agent's leftover processes were stopped before the verifier "
+                f"(stop_leftovers; {line.removeprefix(STOPPED).strip()} signalled): a service "
+                "it left running is gone too"
+            )
+    return notes
 
-    Ownership comes with the upload (the engine extracts as itself), so no capability is
-    needed inside the sandbox: an exec as root in an image whose USER is not root may have
-    none. Raises VerifierSetupError when the sandbox cannot be prepared and
-    VerifierTimeoutError when tests/test.sh overruns its timeout.
-    """
-    cleared = await sandbox.exec(_RESET, timeout_sec=limits.verifier_setup_sec, user="root")
-    if cleared.exit_code != 0:
-        raise VerifierSetupError(f"could not empty {paths.VERIFIER_DIR}: {cleared.output}")
-    owner = setup.owner
-    tests = await run_blocking(tar_of_dir, tests_dir, "tests", top_mode=0o700, owner=owner)
-    await sandbox.upload(tests, "/")
-    if owner != (0, 0):
-        verifier_dir = paths.VERIFIER_DIR.lstrip("/")
-        await sandbox.upload(tar_of_files({}, dirs={verifier_dir: 0o755}, owner=owner), "/")
-    outcome = await sandbox.exec(
-        _RUN, timeout_sec=setup.timeout_sec, env=setup.env, user=setup.user
-    )
-    if outcome.timed_out:
-        raise VerifierTimeoutError(
-            f"tests/test.sh ran past its verifier timeout ({setup.timeout_sec:g} s)"
+
+async def _prepare(sandbox: Sandbox, setup: VerifierSetup, limits: Limits) -> list[str]:
+    script = prepare_script(stop_leftovers=setup.stop_leftovers)
+    done = await sandbox.exec(script, timeout_sec=limits.verifier_setup_sec, user="root")
+    if done.exit_code != 0:
+        raise VerifierSetupError(
+            f"could not prepare {paths.LOGS_DIR} and empty {paths.VERIFIER_DIR}: {done.output}"
         )
-    return VerifierRun(exit_code=outcome.exit_code, seconds=outcome.duration_sec)
+    return _findings(done.output)
 
 
-async def verify(
-    sandbox: Sandbox, tests_dir: Path, setup: VerifierSetup, limits: Limits, *, memory_mb: int
-) -> tuple[VerifierRun, list[str]]:
-    """`run_verifier`, judged from outside when the sandbox fails it: pids held by the agent's
-    leftovers are freed first (a note is returned), a sandbox that died is put in the category
-    of its true cause. How tests/test.sh ended, and the notes."""
+async def prepare_verifier(
+    sandbox: Sandbox, setup: VerifierSetup, limits: Limits, *, memory_mb: int
+) -> list[str]:
+    """As root, before anything of the verifier's lands: stop the agent's leftovers (when
+    asked), put back every framework path the agent replaced (`/logs`, `/logs/agent`,
+    `/logs/artifacts`, `/opt/trialbox`: real folders of root's, documented modes), empty
+    `/logs/verifier` and `/tests`. The notes are warnings: what was found, what was stopped.
+
+    If no command can start because every pid is taken, the host stops the leftovers
+    (`free_pids`) and it runs again; a sandbox that died is put in its true cause's category.
+    """
     notes: list[str] = []
     try:
-        run = await run_verifier(sandbox, tests_dir, setup, limits)
+        notes.extend(await _prepare(sandbox, setup, limits))
     except (VerifierSetupError, SandboxError) as exc:
         freed = await free_pids(sandbox) if isinstance(exc, VerifierSetupError) else None
         if freed is None:
@@ -105,11 +204,54 @@ async def verify(
                 raise
             raise cause from exc
         notes.append(freed)
+        notes.extend(await _prepare(sandbox, setup, limits))
+    return notes
+
+
+async def run_verifier(
+    sandbox: Sandbox, tests_dir: Path, setup: VerifierSetup, limits: Limits
+) -> VerifierRun:
+    """Upload `tests_dir` as /tests (only its user may enter it: root, or the verifier's
+    user), run tests/test.sh, and keep the reward files as they stood at its exit.
+
+    Ownership comes with the upload (the engine extracts as itself), so no capability is
+    needed inside the sandbox: an exec as root in an image whose USER is not root may have
+    none. Raises VerifierTimeoutError when tests/test.sh overruns its timeout.
+    """
+    owner = setup.owner
+    tests = await run_blocking(tar_of_dir, tests_dir, "tests", top_mode=0o700, owner=owner)
+    await sandbox.upload(tests, "/")
+    if owner != (0, 0):
+        verifier_dir = paths.VERIFIER_DIR.lstrip("/")
+        await sandbox.upload(tar_of_files({}, dirs={verifier_dir: 0o755}, owner=owner), "/")
+    mark = f"trialbox-reward-{token_hex(8)}"
+    outcome = await sandbox.exec(
+        run_line(mark), timeout_sec=setup.timeout_sec, env=setup.env, user=setup.user
+    )
+    if outcome.timed_out:
+        raise VerifierTimeoutError(
+            f"tests/test.sh ran past its verifier timeout ({setup.timeout_sec:g} s)"
+        )
+    snapshot = None if outcome.truncated else parse_snapshot(outcome.output, mark)
+    return VerifierRun(exit_code=outcome.exit_code, seconds=outcome.duration_sec, snapshot=snapshot)
+
+
+async def verify(
+    sandbox: Sandbox, tests_dir: Path, setup: VerifierSetup, limits: Limits, *, memory_mb: int
+) -> VerifierRun:
+    """`run_verifier`, judged from outside when the sandbox fails it: a sandbox that died is
+    put in the category of its true cause. How tests/test.sh ended."""
+    try:
         run = await run_verifier(sandbox, tests_dir, setup, limits)
+    except SandboxError as exc:
+        cause = await explained(sandbox, exc, memory_mb=memory_mb)
+        if cause is exc:
+            raise
+        raise cause from exc
     if run.exit_code is None or run.exit_code >= 128:  # killed: the sandbox too?
         what = f"tests/test.sh ended with {run.exit_code}"
         raise_if_going(await sandbox.health(), what=what, memory_mb=memory_mb)
-    return run, notes
+    return run
 
 
 def where_to_look(run: VerifierRun | None, logs_dir: Path) -> str:
@@ -131,6 +273,17 @@ def where_to_look(run: VerifierRun | None, logs_dir: Path) -> str:
     )
 
 
-async def score(logs_dir: Path) -> dict[str, float]:
-    """The rewards in the collected copy of /logs/verifier; raises RewardFileError."""
-    return await read_rewards(logs_dir / "verifier")
+async def score(run: VerifierRun | None, logs_dir: Path) -> tuple[dict[str, float], list[str]]:
+    """The rewards as the files stood when tests/test.sh exited, and a warning per file whose
+    collected copy differs; without a snapshot (no `od`/`dd` in the image), the collected
+    copy, with a warning saying so. Raises RewardFileError."""
+    verifier_dir = logs_dir / "verifier"
+    if run is None or run.snapshot is None:
+        note = (
+            "the reward was read from the collected copy of /logs/verifier, not as it stood "
+            "when tests/test.sh exited (the verifier's exec printed no snapshot: is there no "
+            "od or dd in the image?): a process left running could have changed it"
+        )
+        return await read_rewards(verifier_dir), [note]
+    rewards = run.snapshot.rewards()
+    return rewards, await run_blocking(changed_after, run.snapshot, verifier_dir)

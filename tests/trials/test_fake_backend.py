@@ -15,6 +15,7 @@ from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox, Fault
 from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
 from orchestrator.sandbox import SandboxSpec
 from orchestrator.tasks.task import load_task
+from orchestrator.trials.verifier import run_line
 from tests.conftest import write_task
 
 
@@ -136,11 +137,12 @@ async def test_a_handler_s_result_is_the_exit_code_and_its_sandbox_error_the_exe
         call.print(f"as {call.user.name} in {call.workdir}\n")
         return None if call.env.get("MODE") == "none" else 5
 
-    run = "exec >/tmp/v.txt 2>&1 </dev/null; $(command -v bash || echo sh) /tests/test.sh"
+    run = run_line("trialbox-reward-test")
     sandbox = await made(FakeBackend(verifier=verifier), tmp_path)
     try:
+        sandbox.files.put_dir("/logs/verifier", mode=0o777)
         five = await sandbox.exec(run, user="root", workdir="/tmp")
-        printed = sandbox.files.read("/tmp/v.txt")
+        printed = sandbox.files.read("/logs/verifier/test-stdout.txt")
         zero = await sandbox.exec(run, env={"MODE": "none"})
         with pytest.raises(SandboxError, match="went away"):
             await sandbox.exec(run, env={"MODE": "raise"})

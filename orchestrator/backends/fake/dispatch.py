@@ -15,8 +15,12 @@ from typing import TYPE_CHECKING
 
 from container_runtime.paths import RUNTIME_CHECK
 from orchestrator.backends.fake.framework import (
+    FOUND,
+    STOPPED,
     Launch,
+    VerifierRun,
     parse_env_file,
+    parse_prepare,
     parse_probe,
     parse_verifier_run,
 )
@@ -47,13 +51,63 @@ class Dispatcher:
         pid_file = parse_probe(command)
         if pid_file is not None:
             return self._answer_probe(pid_file, state)
-        run = parse_verifier_run(command) if self.sandbox.scripts.verifier is not None else None
-        if run is not None and self.sandbox.scripts.verifier is not None:
-            status = await self.sandbox.shell.run(run.redirects, state)
-            if status != 0:
-                return status
-            return await self._handle(self.sandbox.scripts.verifier, run.script, state)
+        stop = parse_prepare(command)
+        if stop is not None:
+            return self._prepare(stop, state, proc)
+        run = parse_verifier_run(command)
+        if run is not None:
+            return await self._verifier(run, state)
         return await self.sandbox.shell.run(command, state)
+
+    def _prepare(self, stop: bool, state: ShellState, proc: Process) -> int:
+        """The verifier's prepare exec: every other process killed (when asked), the
+        framework's folders put back as root's (a file in their place is reported), then
+        /logs/verifier and /tests emptied."""
+        if stop:
+            others = [p for p in self.sandbox.processes.pids() if p != proc.pid]
+            for pid in others:
+                self.sandbox.processes.signal(pid, False, "KILL")
+            state.say(f"{STOPPED}{len(others)}\n")
+        files = self.sandbox.files
+        for path, mode in (("/logs", 0o755), ("/logs/agent", 0o777), ("/logs/artifacts", 0o777)):
+            node = files.get(path)
+            if node is not None and not node.is_dir:
+                state.say(f"{FOUND}{path} was no folder: a file\n")
+                files.remove(path)
+            if node is not None and node.is_dir and (node.mode, node.owner) != (mode, (0, 0)):
+                state.say(f"{FOUND}{path} was mode {node.mode:o} owned by {node.owner}\n")
+            files.put_dir(path, mode=mode)
+        for path in ("/logs/verifier", "/tests"):
+            if files.get(path) is not None:
+                files.remove(path, recursive=True)
+        files.put_dir("/logs/verifier", mode=0o755)
+        return 0
+
+    async def _verifier(self, run: VerifierRun, state: ShellState) -> int:
+        """tests/test.sh (a test's handler, else the script through the shell) with its
+        output redirected, then the reward files printed as the run line's snapshot does."""
+        out, err = state.out, state.err
+        status = await self.sandbox.shell.run(run.redirects, state)
+        if status != 0:
+            return status
+        handler = self.sandbox.scripts.verifier
+        if handler is not None:
+            status = await self._handle(handler, run.script, state)
+        else:
+            status = await self.sandbox.shell.run(
+                f"$(command -v bash || echo sh) {run.script}", state
+            )
+        state.out, state.err = out, err
+        for name in ("reward.json", "reward.txt"):
+            node = self.sandbox.files.get(f"/logs/verifier/{name}")
+            if node is None:
+                continue
+            if node.is_dir:
+                state.say(f"{run.mark} {name} other\n")
+                continue
+            state.say(f"{run.mark} {name}\n{bytes(node.data[: run.cap]).hex(' ')}\n")
+        state.say(f"{run.mark} end\n")
+        return status
 
     async def _handle(self, handler: Handler, command: str, state: ShellState) -> int:
         status = await handler(self.sandbox, ExecCall(command, state, self.sandbox.shell))

@@ -3,9 +3,11 @@
 Two of them cannot run through the fake shell: the relay's launcher (an `if !{ …; }` block
 that records `$$`, sources a credentials file, then `exec sh -c SUBJECT`) and its leader
 probe (which reads /proc). The sandbox emulates both from what is parsed here. The verifier's
-run line is recognised too, so a test can script the verifier instead of writing test.sh.
+run line is recognised too (so a test can script the verifier instead of writing test.sh; the
+reward snapshot it prints is emulated), and its prepare exec (leftovers stopped, folders put
+back, `/logs/verifier` and `/tests` emptied), which uses more shell than the vocabulary.
 Everything else trialbox sends (`kill`, `kill -0 -PID; echo rc=$?`, `id -u; id -g`, the
-verifier's reset) is plain vocabulary. Parsing follows `relay.launcher` closely; a change
+is plain vocabulary. Parsing follows `relay.launcher` closely; a change
 there that this misses makes the fake fail loudly, never pass silently.
 """
 
@@ -23,9 +25,13 @@ _MARKER = re.compile(r"echo (?P<marker>\S+) >&2")
 _SOURCE = re.compile(r"^set -a; \. (?P<env>\S+); set \+a")
 _PROBE_PID_FILE = re.compile(r"pid=\$\(cat (?P<pid>\S+) 2>/dev/null\)")
 _VERIFIER_RUN = re.compile(
-    r"^(?P<redirects>exec [^;]*); \$\(command -v bash \|\| echo sh\) "
-    rf"(?P<script>{re.escape(paths.TESTS_DIR)}/test\.sh)$"
+    r"^MARK=(?P<mark>\S+); CAP=(?P<cap>\d+)\n\$\(command -v bash \|\| echo sh\) "
+    rf"(?P<script>{re.escape(paths.TESTS_DIR)}/test\.sh) (?P<redirects>[^\n]*)\n"
 )
+# The verifier's root exec before it runs (trials/verifier.prepare_script) and its report.
+PREPARE_MARK = "# trialbox: prepare the verifier"
+STOPPED = "trialbox-stopped: "
+FOUND = "trialbox-found: "
 SUBJECT_PREFIX = "exec sh -c "
 
 
@@ -81,15 +87,29 @@ def parse_probe(command: str) -> str | None:
 
 @dataclass(frozen=True)
 class VerifierRun:
-    """The verifier's run line: its redirections (vocabulary) and the script it runs."""
+    """The verifier's run line: its redirections (vocabulary), the script it runs, and the
+    mark and cap of the reward snapshot it prints after the script exits."""
 
     redirects: str
     script: str
+    mark: str
+    cap: int
 
 
 def parse_verifier_run(command: str) -> VerifierRun | None:
     found = _VERIFIER_RUN.match(command)
-    return None if found is None else VerifierRun(found["redirects"], found["script"])
+    if found is None:
+        return None
+    return VerifierRun(
+        f"exec {found['redirects']}", found["script"], found["mark"], int(found["cap"])
+    )
+
+
+def parse_prepare(command: str) -> bool | None:
+    """Whether the verifier's prepare exec stops the leftovers; None when it is not it."""
+    if not command.startswith(PREPARE_MARK):
+        return None
+    return STOPPED in command
 
 
 def parse_env_file(text: str) -> dict[str, str]:

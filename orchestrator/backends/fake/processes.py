@@ -73,6 +73,10 @@ class ProcessTable:
             proc.timed_out = True
             return TIMEOUT_EXIT
 
+    def pids(self) -> list[int]:
+        """The live processes' pids."""
+        return [p.pid for p in self._live.values() if p.alive]
+
     def leaders(self) -> list[Process]:
         return [p for p in self._live.values() if p.leader and p.alive]
 
