@@ -253,8 +253,19 @@ class DockerSandbox:
     def _download_blocking(self, path: str, dest: Path, file_cap: int) -> list[str]:
         dest.mkdir(parents=True, exist_ok=True)
         api = docker_api.docker_client().api
-        stream, _stat = api.get_archive(self.container_id, path, chunk_size=1 << 20)
-        return extract_stream(stream, dest, file_cap=file_cap)
+        # The engine's response is opened here, not through get_archive, so that it is closed
+        # in every case: an extraction cut part-way (a full host disk) otherwise leaves the
+        # stream open and the engine keeps the container busy, so its removal blocks.
+        response = api._get(
+            api._url("/containers/{0}/archive", self.container_id),
+            params={"path": path},
+            stream=True,
+        )
+        try:
+            api._raise_for_status(response)
+            return extract_stream(response.iter_content(1 << 20, False), dest, file_cap=file_cap)
+        finally:
+            response.close()
 
     async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
         """Copy `path` from the container into the host folder `dest`, each file capped.
