@@ -232,6 +232,11 @@ class TrialFinish:
         await run_blocking(self.trial_dir.mkdir, parents=True, exist_ok=True)
         text = self.scrubber.text(self.result.model_dump_json(indent=2))
         partial = self.trial_dir / f".result.json.{os.getpid()}"
-        async with aiofiles.open(partial, "w", encoding="utf-8") as out:
-            await out.write(text)
-        await run_blocking(os.replace, partial, self.trial_dir / "result.json")
+        try:
+            async with aiofiles.open(partial, "w", encoding="utf-8") as out:
+                await out.write(text)
+            await run_blocking(os.replace, partial, self.trial_dir / "result.json")
+        except OSError:
+            # A full disk must not leave a 0-byte temporary behind (issue 18 item 5).
+            await run_blocking(partial.unlink, missing_ok=True)
+            raise
