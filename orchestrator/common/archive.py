@@ -7,6 +7,7 @@ as a stream, member by member, and each file is cut at a cap: the host's memory 
 
 from __future__ import annotations
 
+import errno
 import io
 import stat
 import tarfile
@@ -142,14 +143,21 @@ def extract_stream(
             source = archive.extractfile(member)
             assert source is not None
             remaining = min(member.size, file_cap)
-            with target.open("wb") as out:
-                while remaining > 0:
-                    block = source.read(min(remaining, 1 << 20))
-                    if not block:
-                        break
-                    out.write(block)
-                    remaining -= len(block)
-                if member.size > file_cap:
-                    out.write(TRUNCATION_NOTE % file_cap)
-                    truncated.append(target.relative_to(dest).as_posix())
+            try:
+                with target.open("wb") as out:
+                    while remaining > 0:
+                        block = source.read(min(remaining, 1 << 20))
+                        if not block:
+                            break
+                        out.write(block)
+                        remaining -= len(block)
+                    if member.size > file_cap:
+                        out.write(TRUNCATION_NOTE % file_cap)
+                        truncated.append(target.relative_to(dest).as_posix())
+            except OSError as error:
+                # A full host disk: free what was written of the file being cut, so the
+                # result can still be written beside it (issue 18 item 5).
+                if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                    target.unlink(missing_ok=True)
+                raise
     return truncated
