@@ -17,6 +17,7 @@ import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.sandbox import sandbox_name
+from orchestrator.trials.rewards import SNAPSHOT_CAP
 from tests.conftest import BASE_IMAGE, DEFAULT_DOCKERFILE, OFFICIAL_IMAGE, REPO_ROOT, MakeTask
 
 pytestmark = pytest.mark.docker
@@ -165,7 +166,7 @@ async def test_files_cut_at_the_cap_are_warned_about_and_a_cut_reward_says_so(
 ) -> None:
     huge_reward = (
         '#!/bin/sh\nprintf \'{"reward": 1, "pad": "\' > /logs/verifier/reward.json\n'
-        "head -c 5000 /dev/zero | tr '\\0' x >> /logs/verifier/reward.json\n"
+        "head -c 70000 /dev/zero | tr '\\0' x >> /logs/verifier/reward.json\n"
         "printf '\"}' >> /logs/verifier/reward.json\n"
     )
     task = make_task(test_sh=huge_reward)
@@ -177,7 +178,11 @@ async def test_files_cut_at_the_cap_are_warned_about_and_a_cut_reward_says_so(
     )
     assert result.error is not None
     assert (result.error.category, result.error.type) == ("validation", "RewardFileError")
-    assert result.error.message.startswith("/logs/verifier/reward.json: cut at the collection cap")
+    # Scored from the snapshot the verifier's exec printed (at most SNAPSHOT_CAP bytes a file),
+    # not from the collected copy, which the log cap cut.
+    assert result.error.message.startswith(
+        f"/logs/verifier/reward.json: larger than {SNAPSHOT_CAP} bytes"
+    ), result.error.message
 
 
 def test_trialbox_run_exits_1_for_a_task_whose_dockerfile_step_fails(
