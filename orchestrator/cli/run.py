@@ -250,7 +250,7 @@ def _summary_table(job: JobRecord) -> Table:
     for column in ("trial", "status", "reward", "agent", "error", "seconds"):
         table.add_column(column)
     for trial in job.trials:
-        agent = trial.agent.termination or "-"
+        agent: str = trial.agent.termination or "-"
         if trial.agent.exit_code is not None:
             agent += f" ({trial.agent.exit_code})"
         error = f"{trial.error.category}: {trial.error.message[:80]}" if trial.error else ""

@@ -118,7 +118,8 @@ async def run_job(
     loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
     the_agent = agent if isinstance(agent, Agent) else parse_agent(agent)
     jobs_dir = config.jobs_dir.resolve()
-    job_id = job_id or await run_blocking(fresh_job_id, jobs_dir)
+    if not job_id:
+        job_id = await run_blocking(fresh_job_id, jobs_dir)
     job_dir = await run_blocking(claim_job_dir, jobs_dir, job_id, resume=False)
     saved = JobConfigFile(
         job_id=job_id, tasks=[str(t.path) for t in loaded], agent=the_agent.spec,

@@ -177,12 +177,12 @@ class Trial(TrialFinish):
         )  # fmt: skip
         check = context.healthcheck or defaults.healthcheck
         if check is not None:
-            where = (
+            check_where = (
                 f"{self.task.path / 'task.toml'}: environment.healthcheck"
                 if context.healthcheck is not None
                 else f"the HEALTHCHECK of image {built.tag}"
             )
-            await wait_ready(sandbox, check, where=where)
+            await wait_ready(sandbox, check, where=check_where)
         container_input = staged.container_input
         if self.link is not None:
             await self.link.connect(sandbox)

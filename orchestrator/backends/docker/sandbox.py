@@ -88,9 +88,10 @@ def docker_capabilities() -> Capabilities:
 
 def _healthcheck_of(config: Mapping[str, object] | None) -> Healthcheck | None:
     """The image's HEALTHCHECK as Docker stores it (durations in ns, 0 for the default)."""
-    if not config or not isinstance(config.get("Test"), list) or not config["Test"]:
+    probe = config.get("Test") if config else None
+    if not config or not isinstance(probe, list) or not probe:
         return None
-    test = [str(part) for part in config["Test"]]  # type: ignore[union-attr]
+    test = [str(part) for part in probe]
     if test[0] == "NONE" or len(test) < 2:
         return None
     command = test[1] if test[0] == "CMD-SHELL" else shlex.join(test[1:])
