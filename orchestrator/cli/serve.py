@@ -15,6 +15,7 @@ from orchestrator.cli.common import (
     add_config_options,
     add_model_options,
     add_sandbox_options,
+    announce_job,
     config_of,
     print_error,
 )
@@ -207,5 +208,6 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True
     )
+    announce_job(engine.job_id, engine.config.owner)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
