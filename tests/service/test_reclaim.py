@@ -1,6 +1,7 @@
 """Which sandboxes a starting process removes as a dead predecessor's (`sandbox.reclaim`), on
 the fake backend with real processes as the creators: only those of this jobs folder, made on
-this host by a process that is gone (or whose pid is another process's now)."""
+this host by a process that is gone (or whose pid is another process's now); `resume_job`
+does it too."""
 
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ from orchestrator.sandbox.creator import (
     this_process,
 )
 from orchestrator.sandbox.reclaim import reclaim_dead
+from orchestrator.service.job import resume_job, run_job
 from orchestrator.tasks.task import load_task
 from tests.conftest import write_task
+from tests.jobs.helpers import QUICK, fake_config, make_tasks
 
 
 def creator_of(process: subprocess.Popen[bytes]) -> Creator:
@@ -110,3 +113,22 @@ async def test_only_the_sandboxes_a_dead_process_left_on_this_folder_are_removed
     assert "trialbox-dead-here." in line and "trialbox-reused-pid-here." in line
     assert await reclaim_dead(backend, here) == 0  # nothing more, and nothing said
     assert len(caplog.records) == 1
+
+
+async def test_resume_removes_what_a_dead_run_of_another_job_left_on_its_folder(
+    tmp_path: Path, live: Creator, dead: Creator
+) -> None:
+    first = await run_job(make_tasks(tmp_path, "a"), "nop", config=fake_config(tmp_path))
+    backend = FakeBackend(QUICK)
+    built = await backend.ensure_image(load_task(write_task(tmp_path, "t")))
+    jobs_dir = str(Path(first.job_dir).parent)
+    for trial, creator in (("dead-run", dead), ("live-run", live)):
+        spec = SandboxSpec(
+            image=built.tag, trial_id=trial, job_id="another-job", owner="o", jobs_dir=jobs_dir,
+            creator=creator,
+        )  # fmt: skip
+        await backend.create_sandbox(spec)
+
+    await resume_job(first.job_dir, backend=backend)
+
+    assert [item.trial for item in await backend.find_leftovers()] == ["live-run"]
