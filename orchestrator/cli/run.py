@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import sys
 from argparse import SUPPRESS
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from orchestrator.cli.common import (
     add_model_options,
     add_sandbox_options,
     add_task_options,
+    announce_job,
     config_of,
     progress_bar,
     signal_exit_code,
@@ -279,12 +279,7 @@ def _totals(job: JobRecord) -> str:
 
 
 async def _drive(plan: _Job, console: Console) -> int:
-    print(
-        f"job {plan.job_id}, owner {plan.owner} — trialbox reap --job {plan.job_id} removes its "
-        "leftovers",
-        file=sys.stderr,
-        flush=True,
-    )
+    announce_job(plan.job_id, plan.owner)
     job: JobRecord | None = None
     with progress_bar(console, disable=plan.json_output) as progress:
         bar = progress.add_task(plan.title, total=plan.total)

@@ -20,6 +20,7 @@ from typing import Any
 from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Backend
+from orchestrator.sandbox.reclaim import reclaim_dead
 from orchestrator.service.aggregates import counted, pass_at_k, summarize, task_unusable
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.job_config import JobConfigFile, public_trial_config
@@ -178,6 +179,7 @@ async def resume_job(
         config = _resumed_config(saved, job_dir, keep_containers, credentials)
         backend = backend or config.backend.build(config.limits)
         await _remove_leftovers(backend, saved.job_id)
+        await reclaim_dead(backend, job_dir.parent)  # other jobs' runs, killed, on this folder
         backoff = retry_backoff or Backoff(*saved.retry_backoff_sec)
         saved = saved.model_copy(
             update={

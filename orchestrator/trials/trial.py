@@ -163,6 +163,7 @@ class Trial(TrialFinish):
             pids_limit=self.task.config.environment.pids_limit,
             network_mode=context.network_mode, env=context.env, workdir=context.workdir,
             mounts=await self._open_model_link(),
+            jobs_dir=str(self.trial_dir.parents[1]),  # <jobs_dir>/<job_id>/<trial_id>
         )  # fmt: skip
         self.sandbox = sandbox = await self.backend.create_sandbox(spec)
         if self._needs_runtime:  # "present" too: the task's own steps may remove python3
