@@ -131,11 +131,13 @@ def test_a_server_removes_what_its_sigkilled_predecessor_left_and_nothing_else(
             [running] = containers_of(docker_ready, live)
             assert (running.name, running.status) == (kept, "running")
             assert len(containers_of(docker_ready, killed_elsewhere)) == 1
+            jobs = []
             for server in (first, successor):
                 line = JOB_LINE.search(server.output)
                 assert line is not None, server.output
                 assert line["owner"] == TEST_OWNER and line["job"].startswith("serve")
-            assert JOB_LINE.search(first.output)["job"] != JOB_LINE.search(successor.output)["job"]
+                jobs.append(line["job"])
+            assert jobs[0] != jobs[1]
     finally:
         for rollout_id in (killed, live, killed_elsewhere):
             for container in containers_of(docker_ready, rollout_id):
