@@ -187,13 +187,6 @@ async def test_each_sandbox_failure_lands_where_the_category_rules_put_it(
     assert all(sandbox.destroyed for sandbox in backend.created)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in trials/faults.py after_agent: the engine's account is read once, as the "
-    "agent's exec returns; when the sandbox's death by OOM is logged a moment later (seen on "
-    "Docker: PID 1 OOM-killed, tests/faults/test_oom_agent.py), the trial warns that the OOM "
-    "did not end it and fails in the verify phase instead of the agent's",
-)
 async def test_a_sandbox_that_dies_of_oom_as_the_agent_s_exec_returns_fails_in_the_agent_phase(
     tmp_path: Path,
 ) -> None:
