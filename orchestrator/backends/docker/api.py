@@ -136,4 +136,7 @@ def exec_output(exec_id: str) -> Iterator[Iterator[bytes]]:
     try:
         yield stream
     finally:
-        stream.close()
+        try:
+            stream.close()
+        except docker.errors.DockerException:  # an SSH engine's channel: docker-py 7 cannot
+            stream._response.close()  # shut it down, so the response is closed instead
