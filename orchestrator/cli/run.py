@@ -57,8 +57,9 @@ from orchestrator.trials.result import TrialResult
 DESCRIPTION = f"""\
 Run trials and print a summary. Exit code 0 when every trial ran, 1 on bad input or a task
 that could not be used (it fails before its agent runs, and is never counted as a scored
-zero), {EXIT_INFRA} when any trial failed for infrastructure reasons. SIGINT (Ctrl-C), SIGTERM
-and SIGHUP cancel the running trials, which write their result.json and remove their
+zero), {EXIT_INFRA} when any trial failed for infrastructure reasons or the host could not write
+the job's files (a full disk: the job goes on, each trial it hit is infra). SIGINT (Ctrl-C),
+SIGTERM and SIGHUP cancel the running trials, which write their result.json and remove their
 containers; the exit code is then 128 + the signal's number (130, 143, 129). The job id and
 owner are printed to stderr at the start: after a SIGKILL, `trialbox reap --job JOB` removes
 the leftovers and `trialbox run --resume JOBS_DIR/JOB` finishes the job.
@@ -326,7 +327,7 @@ async def _drive(plan: _Job, console: Console) -> int:
         )
         return signal_exit_code(stop.received)
     assert job is not None
-    if job.counts_by_error_category.get("infra"):
+    if job.counts_by_error_category.get("infra") or job.write_errors:
         return EXIT_INFRA
     return 1 if any(task_unusable(t) for t in job.trials) else 0
 

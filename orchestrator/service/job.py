@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.common.host_storage import host_storage_error
 from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Backend
@@ -255,7 +256,13 @@ async def _run(
 ) -> JobRecord:
     """config.json first, job.json from the start and after each trial, the last at the end
     whatever happened."""
-    await write_atomic(job_dir / CONFIG_FILE, saved.text(config))
+    try:
+        await write_atomic(job_dir / CONFIG_FILE, saved.text(config))
+    except OSError as exc:  # no config.json, nothing to resume: the job does not start
+        where = job_dir / CONFIG_FILE
+        raise host_storage_error(
+            exc, f"{where} could not be written", job_dir, then="the job did not start"
+        ) from exc
     chains = [slot.chain for slot in slots] + extras
     store = JobStore(job_dir, lambda: record_of(saved.job_id, job_dir, chains, len(slots)))
     await store.save()

@@ -185,12 +185,13 @@ class DockerSandbox:
         )["Id"]
         kept = bytearray()
         truncated = False
-        for chunk in api.exec_start(exec_id, stream=True):
-            room = output_cap - len(kept)
-            if room > 0:
-                kept += chunk[:room]
-            if len(chunk) > max(room, 0):
-                truncated = True  # keep draining: the exec ends when its pipes close
+        with docker_api.exec_output(exec_id) as output:
+            for chunk in output:
+                room = output_cap - len(kept)
+                if room > 0:
+                    kept += chunk[:room]
+                if len(chunk) > max(room, 0):
+                    truncated = True  # keep draining: the exec ends when its pipes close
         return api.exec_inspect(exec_id).get("ExitCode"), bytes(kept), truncated
 
     async def exec(
@@ -253,20 +254,10 @@ class DockerSandbox:
 
     def _download_blocking(self, path: str, dest: Path, file_cap: int) -> list[str]:
         dest.mkdir(parents=True, exist_ok=True)
-        api = docker_api.docker_client().api
-        # The engine's response is opened here, not through get_archive, so that it is closed
-        # in every case: an extraction cut part-way (a full host disk) otherwise leaves the
-        # stream open and the engine keeps the container busy, so its removal blocks.
-        response = api._get(
-            api._url("/containers/{0}/archive", self.container_id),
-            params={"path": path},
-            stream=True,
-        )
-        try:
-            api._raise_for_status(response)
-            return extract_stream(response.iter_content(1 << 20, False), dest, file_cap=file_cap)
-        finally:
-            response.close()
+        # Closed however the extraction ends: one cut part-way (a full host disk) would
+        # otherwise keep the container busy, and its removal would block.
+        with docker_api.archive_chunks(self.container_id, path, 1 << 20) as chunks:
+            return extract_stream(chunks, dest, file_cap=file_cap)
 
     async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
         """Copy `path` from the container into the host folder `dest`, each file capped.
