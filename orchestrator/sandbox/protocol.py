@@ -153,6 +153,11 @@ class Sandbox(RelaySandbox, Protocol):
         """The engine's view of the sandbox; `pids` also reads the pid count (slower)."""
         ...
 
+    async def pids_exhausted(self) -> bool:
+        """The host's instant reading of the pid count (no exec): every pid is taken. False
+        when not, or when this backend cannot tell at once (a remote engine)."""
+        ...
+
     async def stop_all_from_host(self) -> bool:
         """When the sandbox's pids are exhausted (it cannot fork a `kill`), kill every process
         but PID 1 without running anything inside; False when they are not, or this backend
