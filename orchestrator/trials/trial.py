@@ -244,7 +244,9 @@ class Trial(TrialFinish):
         reads that decision."""
         await self.agent.prepare(sandbox, staged)
         policy = RelayPolicy(
-            term_grace=self.limits.stop_term_grace_sec, kill_grace=self.limits.stop_kill_grace_sec
+            term_grace=self.limits.stop_term_grace_sec,
+            kill_grace=self.limits.stop_kill_grace_sec,
+            host_stop=self.limits.stop_host_sec,
         )
         guarded = GuardedSandbox(sandbox, lambda: self._before_relay_destroys(sandbox))
         relay = Relay(guarded, policy=policy, stdout=AGENT_STDOUT, stderr=AGENT_STDERR)

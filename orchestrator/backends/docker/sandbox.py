@@ -292,10 +292,15 @@ class DockerSandbox:
         except SandboxError:
             return Health(known=False)
 
+    async def pids_exhausted(self) -> bool:
+        """The container's pids cgroup, read on this host (instant). False with a remote
+        engine: its stats take a second, and its processes cannot be stopped from here."""
+        return engine_is_local() and (await self.health(pids=True)).pids_exhausted
+
     async def stop_all_from_host(self) -> bool:
         """Only for a sandbox whose pids are exhausted (nothing else can run a `kill`): any
         other failure to run a command is no reason to kill the agent's servers."""
-        if not (await self.health(pids=True)).pids_exhausted:
+        if not await self.pids_exhausted():
             return False
         try:
             return await docker_api.call(
