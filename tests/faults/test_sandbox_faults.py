@@ -174,7 +174,8 @@ async def test_a_sandbox_killed_from_outside_is_infra(
 async def test_a_failing_dockerfile_step_is_validation_with_its_whole_build_log_kept(
     config: TrialConfig, make_task: MakeTask
 ) -> None:
-    dockerfile = DEFAULT_DOCKERFILE + "RUN echo step-output-7d1f && exit 3\n"
+    coloured = r"printf '\033[1;31mstep-output-7d1f\033[0m\n'"  # as a tool prints for a tty
+    dockerfile = DEFAULT_DOCKERFILE + f"RUN {coloured} && exit 3\n"
     task = make_task(dockerfile=dockerfile)
     result = await run_trial(task, "nop", config=config)
     assert result.error is not None
@@ -182,7 +183,8 @@ async def test_a_failing_dockerfile_step_is_validation_with_its_whole_build_log_
     assert "returned a non-zero code: 3" in result.error.message
     log = Path(result.trial_dir) / "image-build.log"
     assert str(log) in result.error.message
-    assert "step-output-7d1f" in log.read_text()
+    assert "\nstep-output-7d1f\n" in log.read_text()  # the colours gone, the words kept
+    assert "\x1b" not in log.read_text() + result.error.message
 
 
 async def test_files_cut_at_the_cap_are_warned_about_and_a_cut_reward_says_so(

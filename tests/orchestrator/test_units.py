@@ -20,6 +20,7 @@ from orchestrator.backends.docker.dockerfile import (
 from orchestrator.common.archive import TRUNCATION_NOTE, extract_stream, tar_of_files
 from orchestrator.common.errors import AgentSpecError
 from orchestrator.common.scrub import REDACTED, Scrubber
+from orchestrator.common.terminal import plain
 from orchestrator.trials.agents import (
     CommandAgent,
     NopAgent,
@@ -297,3 +298,17 @@ def test_tar_of_files_round_trip(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         modes = {m.name: m.mode for m in archive.getmembers()}
     assert modes == {"a": 0o755, "c": 0o777, "a/b.txt": 0o644}
+
+
+@pytest.mark.parametrize(
+    ("printed", "text"),
+    [
+        ("\x1b[1;31merror\x1b[0m: no", "error: no"),  # colours (CSI)
+        ("\x1b[2K\x1b[1Gdone", "done"),  # a progress bar's line clear and cursor move
+        ("\x1b]0;title\x07ok", "ok"),  # a window title (OSC)
+        ("\x1b(Bplain", "plain"),
+        ("no escapes [1m here", "no escapes [1m here"),
+    ],
+)
+def test_plain_drops_terminal_escapes_and_keeps_the_words(printed: str, text: str) -> None:
+    assert plain(printed) == text

@@ -20,6 +20,7 @@ from orchestrator.backends.docker.venv_layer import ImagePython
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, TaskBuildError
 from orchestrator.common.offline import names_the_network
+from orchestrator.common.terminal import plain
 from orchestrator.sandbox.backend import RuntimeState
 
 TASK_REPO = "trialbox-env"
@@ -138,10 +139,11 @@ def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> list[str]:
     )
     for chunk in stream:
         if "stream" in chunk:
-            lines.extend(line for line in chunk["stream"].splitlines() if line.strip())
+            lines.extend(line for line in plain(chunk["stream"]).splitlines() if line.strip())
         if "error" in chunk:
-            lines.append(chunk["error"].strip())
-            raise _build_failed(plan, chunk["error"].strip(), lines)
+            why = plain(chunk["error"]).strip()
+            lines.append(why)
+            raise _build_failed(plan, why, lines)
     if not _image_exists_blocking(plan.tag):
         raise _build_failed(plan, "the build ended without an image", lines)
     return lines
