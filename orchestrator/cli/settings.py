@@ -26,6 +26,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from orchestrator.common.suggest import did_you_mean
 from orchestrator.gateway.settings import DEFAULT_KEY_ENV
 from orchestrator.trials.bundle_agent import CONFIG_MARK
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV
@@ -147,9 +148,13 @@ def options_from_file(path: Path) -> dict[str, Any]:
     except Exception as exc:  # each format fails its own way
         kind = path.suffix[1:].upper()
         raise ValueError(f"{path}: not a {kind} mapping of options: {exc}") from exc
-    unknown = sorted(set(data) - {_KEY_OF_FIELD.get(f, f) for f in RunOptions.model_fields})
+    keys = {_KEY_OF_FIELD.get(f, f) for f in RunOptions.model_fields}
+    unknown = sorted(set(data) - keys)
     if unknown:
-        raise ValueError(f"{path}: unknown option {unknown[0]!r} (keys are the long option names)")
+        raise ValueError(
+            f"{path}: unknown option {unknown[0]!r} (keys are the long option names)"
+            + did_you_mean(unknown[0], sorted(keys))
+        )
     found = {_FIELD_OF_KEY.get(key, key): value for key, value in data.items()}
     for name in _PATH_FIELDS:
         if isinstance(found.get(name), str):

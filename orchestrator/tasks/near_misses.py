@@ -11,19 +11,14 @@ other unknown key stays silent, among them a known key with words added
 
 from __future__ import annotations
 
-import difflib
 import types
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from orchestrator.common.suggest import closest
 from orchestrator.tasks.schema import TaskConfig
-
-# A key this close to a known one (difflib's ratio, 0..1) is taken for a misspelling of it:
-# low enough for a swapped or dropped letter in a short key ("usre", "cpu", "timeout"), high
-# enough that a different word stays silent.
-CUTOFF = 0.75
 
 # Keys read under an older name as well as their own (TaskConfig._read_old_spellings).
 _OLD_NAMES: dict[type[BaseModel], tuple[str, ...]] = {TaskConfig: ("version",)}
@@ -48,10 +43,10 @@ def _guess(model: BaseModel, key: str, value: Any) -> str | None:
     """The known key `key` probably meant, or None when it is not a near miss of one. A
     known key with words added (`docker_image_archive`) names another setting: no guess."""
     candidates = _known(type(model), isinstance(value, dict))
-    found = difflib.get_close_matches(key, candidates, n=1, cutoff=CUTOFF)
-    if not found or key.startswith(f"{found[0]}_") or key.endswith(f"_{found[0]}"):
+    found = closest(key, candidates)
+    if found is None or key.startswith(f"{found}_") or key.endswith(f"_{found}"):
         return None
-    return found[0]
+    return found
 
 
 def _walk(model: BaseModel, table: str) -> list[tuple[str, str, str]]:

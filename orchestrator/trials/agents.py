@@ -20,6 +20,7 @@ from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.common.archive import tar_of_dir
 from orchestrator.common.errors import AgentSpecError, TaskError
 from orchestrator.common.offload import run_blocking
+from orchestrator.common.suggest import closest
 from orchestrator.sandbox import Sandbox
 from orchestrator.tasks.task import Task
 from orchestrator.trials.context import TrialContext
@@ -197,7 +198,9 @@ def parse_agent(spec: str) -> Agent:
         from orchestrator.trials.bundle_agent import BundleAgent  # it builds on this module
 
         return BundleAgent.from_spec(spec, rest)
+    guess = closest(kind, ("oracle", "nop", "shell", "command", "workflow", "bundle"))
+    hint = f" (did you mean {guess}{spec[len(kind) :]}?)" if guess else ""
     raise AgentSpecError(
-        f"--agent {spec!r}: unknown agent; use oracle, nop, shell, command:<shell command>, "
-        "workflow:<module>:<Class> or bundle:<wheel or project>"
+        f"--agent {spec!r}: unknown agent{hint}; use oracle, nop, shell, command:<shell "
+        "command>, workflow:<module>:<Class> or bundle:<wheel or project>"
     )

@@ -63,6 +63,7 @@ def test_an_unknown_key_in_a_job_file_names_the_file_and_the_key(
     with pytest.raises(ValueError, match="unknown option 'n_concurent'") as caught:
         load_settings({}, tmp_path / name, {})
     assert str(tmp_path / name) in str(caught.value)
+    assert str(caught.value).endswith("did you mean n_concurrent?")
 
 
 def test_a_bad_value_names_where_it_is(tmp_path: Path) -> None:

@@ -221,6 +221,19 @@ def test_bad_agent_specs(spec: str) -> None:
         parse_agent(spec)
 
 
+@pytest.mark.parametrize(
+    ("spec", "hint"),
+    [("orcale", "did you mean oracle?"), ("comand:ls -l", "did you mean command:ls -l?"),
+     ("sh", None), ("bogus", None)],
+)  # fmt: skip
+def test_a_mistyped_agent_is_named_with_the_one_it_probably_meant(
+    spec: str, hint: str | None
+) -> None:
+    with pytest.raises(AgentSpecError, match="unknown agent") as caught:
+        parse_agent(spec)
+    assert (hint in str(caught.value)) if hint else "did you mean" not in str(caught.value)
+
+
 # -- scrubbing --------------------------------------------------------------------------------
 
 
