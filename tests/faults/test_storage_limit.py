@@ -1,0 +1,67 @@
+"""An agent that writes past its task's `storage_mb` is stopped there and fails as the agent's
+(`AgentResourceError`, counted), with a warning naming what it wrote and the limit: the real
+engine, the default limits but the task's storage_mb, so the host's disk is never filled.
+
+On an engine whose storage driver has no size option (fuse-overlayfs here) it is the watcher
+of backends/docker/storage.py that stops it; the driver decision is in
+tests/orchestrator/test_docker_storage.py, on fakes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator import TrialConfig, run_trial
+from tests.conftest import MakeTask
+
+pytestmark = pytest.mark.docker
+
+STORAGE_MB = 50
+CHUNK_MB, CHUNKS = 5, 40  # 200 MB in all, written in chunks the watcher can see go by
+TASK_TOML = (
+    "[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n"
+    f"[environment]\nstorage_mb = {STORAGE_MB}\n"
+)
+AGENT = (
+    f"command:for i in $(seq 1 {CHUNKS}); do "
+    f"dd if=/dev/zero of=/logs/agent/fill.$i bs=1M count={CHUNK_MB} status=none || exit 3; "
+    "echo wrote $i; sleep 0.1; done; echo 1 > /app/answer.txt"
+)
+
+
+async def test_an_agent_that_fills_its_disk_is_stopped_at_storage_mb_as_agent(
+    config: TrialConfig, make_task: MakeTask, docker_client: docker.DockerClient
+) -> None:
+    task = make_task(task_toml=TASK_TOML)
+
+    result = await run_trial(task, AGENT, config=config)
+
+    assert (result.status, result.reward) == ("failure", None)
+    assert result.error is not None, result
+    assert (result.error.category, result.error.type, result.error.phase) == (
+        "agent", "AgentResourceError", "agent",
+    ), result.error  # fmt: skip
+    assert f"storage_mb={STORAGE_MB}" in result.error.message
+    notes = [w for w in result.warnings if "filled its disk" in w]
+    assert len(notes) == 1, result.warnings
+    wrote = int(re.search(r"wrote (\d+) MiB", notes[0]).group(1))  # type: ignore[union-attr]
+    assert wrote >= STORAGE_MB, notes[0]
+    # What reached the host: the limit and what a fast writer adds between two looks, far
+    # from the 200 MB the agent meant to write (its own count of chunks says so too).
+    assert wrote < CHUNK_MB * CHUNKS / 2, notes[0]
+    stdout = (Path(result.trial_dir) / "logs" / "agent" / "stdout.txt").read_text()
+    chunks = [int(n) for n in re.findall(r"^wrote (\d+)$", stdout, re.MULTILINE)]
+    assert chunks and max(chunks) * CHUNK_MB < CHUNK_MB * CHUNKS / 2, stdout
+    written = json.loads((Path(result.trial_dir) / "result.json").read_text())
+    assert written["error"]["category"] == "agent"
+    assert written["error"]["discardable"] is False
+    assert any("filled its disk" in w for w in written["warnings"])
+    left = docker_client.containers.list(
+        all=True, filters={"label": f"trialbox.trial={result.trial_id}"}
+    )
+    assert not left, [c.name for c in left]
