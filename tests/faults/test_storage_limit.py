@@ -17,7 +17,7 @@ import docker
 import pytest
 
 from orchestrator import TrialConfig, run_trial
-from tests.conftest import MakeTask
+from tests.conftest import DEFAULT_DOCKERFILE, MakeTask
 
 pytestmark = pytest.mark.docker
 
@@ -27,19 +27,33 @@ TASK_TOML = (
     "[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n"
     f"[environment]\nstorage_mb = {STORAGE_MB}\n"
 )
-AGENT = (
-    f"command:for i in $(seq 1 {CHUNKS}); do "
-    f"dd if=/dev/zero of=/logs/agent/fill.$i bs=1M count={CHUNK_MB} status=none || exit 3; "
-    "echo wrote $i; sleep 0.1; done; echo 1 > /app/answer.txt"
+# An image's VOLUME is on the host's disk too, outside the writable layer.
+WITH_VOLUME = f"{DEFAULT_DOCKERFILE}RUN mkdir /data\nVOLUME /data\n"
+
+
+def filling(folder: str) -> str:
+    return (
+        f"command:for i in $(seq 1 {CHUNKS}); do "
+        f"dd if=/dev/zero of={folder}/fill.$i bs=1M count={CHUNK_MB} status=none || exit 3; "
+        "echo wrote $i; sleep 0.1; done; echo 1 > /app/answer.txt"
+    )
+
+
+@pytest.mark.parametrize(
+    ("folder", "dockerfile"),
+    [("/logs/agent", DEFAULT_DOCKERFILE), ("/app", DEFAULT_DOCKERFILE), ("/data", WITH_VOLUME)],
+    ids=["logs", "layer", "volume"],
 )
-
-
 async def test_an_agent_that_fills_its_disk_is_stopped_at_storage_mb_as_agent(
-    config: TrialConfig, make_task: MakeTask, docker_client: docker.DockerClient
+    config: TrialConfig,
+    make_task: MakeTask,
+    docker_client: docker.DockerClient,
+    folder: str,
+    dockerfile: str,
 ) -> None:
-    task = make_task(task_toml=TASK_TOML)
+    task = make_task(task_toml=TASK_TOML, dockerfile=dockerfile)
 
-    result = await run_trial(task, AGENT, config=config)
+    result = await run_trial(task, filling(folder), config=config)
 
     assert (result.status, result.reward) == ("failure", None)
     assert result.error is not None, result
