@@ -79,3 +79,23 @@ async def test_an_agent_that_fills_its_disk_is_stopped_at_storage_mb_as_agent(
         all=True, filters={"label": f"trialbox.trial={result.trial_id}"}
     )
     assert not left, [c.name for c in left]
+
+
+async def test_an_agent_s_leftover_that_fills_the_disk_under_the_verifier_is_the_agent_s(
+    config: TrialConfig, make_task: MakeTask
+) -> None:
+    # The agent leaves a writer behind and ends at once; tests/test.sh takes its time.
+    task = make_task(
+        task_toml=TASK_TOML, test_sh="#!/bin/sh\nsleep 30\necho 1 > /logs/verifier/reward.txt\n"
+    )
+    leftover = filling("/app").removeprefix("command:")
+
+    result = await run_trial(task, f"command:({leftover}) >/dev/null 2>&1 & exit 0", config=config)
+
+    assert (result.status, result.reward) == ("failure", None)
+    assert result.error is not None, result
+    assert (result.error.category, result.error.type, result.error.phase) == (
+        "agent", "AgentResourceError", "verify",
+    ), result.error  # fmt: skip
+    assert f"storage_mb={STORAGE_MB}" in result.error.message
+    assert [w for w in result.warnings if "filled its disk" in w], result.warnings
