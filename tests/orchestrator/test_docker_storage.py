@@ -5,6 +5,7 @@ on a real engine: tests/faults/test_storage_limit.py."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ from orchestrator.backends.docker.storage import (
     walk_bytes,
 )
 from orchestrator.common.errors import SandboxError
+from orchestrator.sandbox import Health
 
 PQUOTA = (
     "create a container from img: engine error 500: --storage-opt is supported only for "
@@ -132,3 +134,53 @@ def test_a_fast_writer_near_the_limit_is_looked_at_sooner() -> None:
 def test_where_the_driver_enforces_the_size_within_one_percent_is_full() -> None:
     assert DiskWatch("c", 100, enforced=False).threshold == 100 * MIB
     assert DiskWatch("c", 100, enforced=True).threshold == 99 * MIB
+
+
+class HostWatch(DiskWatch):
+    """A watch of a folder of this host, whose kill is only recorded."""
+
+    def __init__(self, folder: Path, limit_mb: int) -> None:
+        super().__init__("c0ffee", limit_mb, enforced=False)
+        self.folder = folder
+        self.kills = 0
+
+    async def _folders(self) -> list[Path] | None:
+        return [self.folder]
+
+    async def _kill(self) -> None:
+        self.kills += 1
+
+
+async def test_a_watch_kills_once_at_the_limit_and_says_what_it_measured(tmp_path: Path) -> None:
+    watch = HostWatch(tmp_path, limit_mb=1)
+    (tmp_path / "big").write_bytes(os.urandom(2 * MIB))
+
+    watch.start()
+    await asyncio.wait_for(watch._task, 10)  # type: ignore[arg-type]
+
+    assert (watch.exceeded, watch.kills) == (True, 1)
+    marked = watch.mark(Health(running=False, stopped_outside=True))
+    assert (marked.storage_used_mb, marked.storage_limit_mb, marked.storage_exceeded) == (
+        2,
+        1,
+        True,
+    )
+
+
+async def test_a_watch_under_the_limit_keeps_looking_and_ends_with_its_layer(
+    tmp_path: Path,
+) -> None:
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    watch = HostWatch(layer, limit_mb=10)
+    watch.start()
+    for _ in range(100):  # bounded: the first look is at once
+        if watch.used is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert watch.used is not None and not watch.exceeded
+    assert watch.mark(Health()).storage_exceeded is False
+
+    layer.rmdir()  # the container was removed by someone else: nothing left to watch
+    await asyncio.wait_for(watch._task, 10)  # type: ignore[arg-type]
+    assert (watch.exceeded, watch.kills) == (False, 0)

@@ -27,6 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,7 +49,10 @@ COST_FACTOR = 4.0  # never look more often than every 4x what a look took (<= 25
 WALK_BUDGET_SEC = 5.0  # a walk that has not finished by then counts what it saw
 ENFORCED_MARGIN = 0.01  # the driver stops writes just short of its size: within 1 % is full
 
+WALK_THREADS = 4  # walks wait for one another, never for the engine calls' pool
+
 _refused: set[str] = set()  # engines (by id) whose driver refused the size option
+_walks = ThreadPoolExecutor(max_workers=WALK_THREADS, thread_name_prefix="trialbox-disk")
 
 
 @functools.cache
@@ -198,18 +202,28 @@ class DiskWatch:
 
     async def _measure(self, folders: list[Path] | None) -> int:
         if folders is not None:
-            used, _ = await docker_api.in_thread(walk_bytes, folders)
+            if not folders[0].is_dir():  # the layer went with its container
+                raise SandboxNotFoundError(f"{folders[0]} is gone")
+            loop = asyncio.get_running_loop()
+            used, _ = await loop.run_in_executor(_walks, walk_bytes, folders)
             return used
         what = f"measure the disk of container {self.container_id[:12]}"
         return await docker_api.call(what, size_rw_blocking, self.container_id)
 
-    async def _watch(self) -> None:
+    async def _folders(self) -> list[Path] | None:
+        """The host folders to walk, or None to ask the engine (`SizeRw`)."""
         what = f"inspect container {self.container_id[:12]}"
+        api = docker_api.docker_client().api
         try:
-            attrs = await docker_api.call(
-                what, docker_api.docker_client().api.inspect_container, self.container_id
-            )
-            folders = host_paths(attrs)
+            return host_paths(await docker_api.call(what, api.inspect_container, self.container_id))
+        except SandboxNotFoundError:
+            raise
+        except SandboxError:
+            return None  # the engine's own count will do
+
+    async def _watch(self) -> None:
+        try:
+            folders = await self._folders()
             previous: tuple[float, int] | None = None
             while True:
                 started = time.monotonic()
