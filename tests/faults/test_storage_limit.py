@@ -3,21 +3,25 @@
 engine, the default limits but the task's storage_mb, so the host's disk is never filled.
 
 On an engine whose storage driver has no size option (fuse-overlayfs here) it is the watcher
-of backends/docker/storage.py that stops it; the driver decision is in
-tests/orchestrator/test_docker_storage.py, on fakes.
+of backends/docker/storage.py that stops it; the engine's refusal of the option is taken here
+too, and the driver decision is in tests/orchestrator/test_docker_storage.py, on fakes.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 
 import docker
 import pytest
 
 from orchestrator import TrialConfig, run_trial
-from tests.conftest import DEFAULT_DOCKERFILE, MakeTask
+from orchestrator.backends.docker import storage
+from orchestrator.backends.docker.sandbox import DockerSandbox
+from orchestrator.sandbox import SandboxSpec
+from tests.conftest import BASE_IMAGE, DEFAULT_DOCKERFILE, TEST_OWNER, MakeTask
 
 pytestmark = pytest.mark.docker
 
@@ -99,3 +103,27 @@ async def test_an_agent_s_leftover_that_fills_the_disk_under_the_verifier_is_the
     ), result.error  # fmt: skip
     assert f"storage_mb={STORAGE_MB}" in result.error.message
     assert [w for w in result.warnings if "filled its disk" in w], result.warnings
+
+
+async def test_an_engine_that_refuses_the_size_option_gets_a_sandbox_without_it(
+    docker_ready: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This engine's driver has no size option (fuse-overlayfs); taken for overlay2, it is
+    # asked for one, refuses by name, and the sandbox is made without: watched instead.
+    engine_id = f"{docker_ready.info()['ID']}-as-overlay2"
+    monkeypatch.setattr(storage, "_engine_driver", lambda: (engine_id, "overlay2"))
+    monkeypatch.setattr(storage, "_refused", set())
+    spec = SandboxSpec(
+        image=BASE_IMAGE, trial_id=f"size-{uuid.uuid4().hex[:8]}", job_id="job-size",
+        owner=TEST_OWNER, storage_mb=STORAGE_MB,
+    )  # fmt: skip
+
+    sandbox = await DockerSandbox.create(spec)
+    try:
+        host_config = docker_ready.api.inspect_container(sandbox.container_id)["HostConfig"]
+        assert not host_config.get("StorageOpt"), host_config.get("StorageOpt")
+        assert storage._refused == {engine_id}
+        assert sandbox._disk is not None and not sandbox._disk.enforced
+        assert (await sandbox.exec("echo up")).output == "up\n"
+    finally:
+        await sandbox.destroy()
