@@ -40,6 +40,8 @@ class RelayPolicy:
 
     After a framework timeout the leader gets TERM, then KILL, each wait clipped so that a
     destroy reserve (min(20 s, 20% of the agent timeout)) is always left for failing closed.
+    When every pid is taken, stopping every process from the host (and seeing the leader's
+    exec return) has its own `host_stop`, outside those graces.
     """
 
     term_grace: float = 20.0
@@ -49,6 +51,7 @@ class RelayPolicy:
     poll_interval: float = 0.1
     signal_timeout: float = 5.0
     destroy_deadline: float = 30.0
+    host_stop: float = 15.0
 
     def destroy_reserve(self, agent_timeout: float) -> float:
         return min(20.0, 0.2 * agent_timeout)

@@ -24,6 +24,11 @@ class ExecOutput(Protocol):
 class HostStoppable(Protocol):
     """A sandbox whose processes can be stopped from outside, without an exec inside."""
 
+    async def pids_exhausted(self) -> bool:
+        """The host's instant reading: every pid the sandbox allows is taken, so no command
+        can start inside it. False when it is not, or cannot be told at once."""
+        ...
+
     async def stop_all_from_host(self) -> bool:
         """Kill every process but PID 1; False when it could not."""
         ...

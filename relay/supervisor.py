@@ -98,7 +98,7 @@ class Relay:
         a rewritten pid file harmless.
         """
         deadline = time.monotonic() + within
-        while self._pid is None:
+        while self._pid is None and not (self._subject is not None and self._subject.done()):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -221,7 +221,16 @@ class Relay:
         reserve = self.policy.destroy_reserve(agent_timeout)
         budget_end = started + self.policy.stop_budget(agent_timeout) - reserve
         assert self._subject is not None
+        # Every pid taken: no probe or `kill` could start inside, and trying would only spend
+        # the graces; the host's instant reading decides, and the host stops them at once.
+        host_tried = await self._no_pid_left()
+        if host_tried:
+            stopped = await self._stop_from_host(started)
+            if stopped is not None:
+                return stopped
         await self._read_pid(within=max(0.0, min(budget_end - time.monotonic(), 10.0)))
+        if self._subject_confirmed_gone():
+            return self._timed_out(started, "the leader ended by itself during its stop")
         if self._pid is not None:
             for signal, grace in (
                 ("TERM", self.policy.term_grace),
@@ -236,13 +245,8 @@ class Relay:
                 if self._subject.done():
                     if not self._subject_confirmed_gone():
                         break  # the exec failed: nothing is confirmed, fail closed below
-                    return RelayOutcome(
-                        Ending.TIMEOUT,
-                        exit_code=TIMEOUT_EXIT_CODE,
-                        stop_sec=time.monotonic() - started,
-                        detail=f"leader stopped by {signal}",
-                    )
-        stopped = await self._stop_from_host(started, budget_end)
+                    return self._timed_out(started, f"leader stopped by {signal}")
+        stopped = None if host_tried else await self._stop_from_host(started)
         if stopped is not None:
             return stopped
         await self._destroy("the leader's stop could not be confirmed", deadline=reserve)
@@ -253,28 +257,48 @@ class Relay:
             detail="the leader's stop could not be confirmed; the sandbox was destroyed",
         )
 
-    async def _stop_from_host(self, started: float, budget_end: float) -> RelayOutcome | None:
-        """When no command runs inside (pids exhausted, say), stop every process from the
-        host, if the sandbox can: the sandbox lives on for the verifier. None when not."""
+    def _timed_out(self, started: float, detail: str) -> RelayOutcome:
+        return RelayOutcome(
+            Ending.TIMEOUT,
+            exit_code=TIMEOUT_EXIT_CODE,
+            stop_sec=time.monotonic() - started,
+            detail=detail,
+        )
+
+    async def _no_pid_left(self) -> bool:
+        """The sandbox's host-side pid reading says every pid is taken; False when it has
+        none, or it fails (then the stop goes the usual way)."""
+        if not isinstance(self.sandbox, HostStoppable):
+            return False
+        try:
+            return await asyncio.wait_for(self.sandbox.pids_exhausted(), self.policy.signal_timeout)
+        except Exception as exc:
+            log.warning("relay could not read the sandbox's pids from the host: %r", exc)
+            return False
+
+    async def _stop_from_host(self, started: float) -> RelayOutcome | None:
+        """When no command runs inside (pids exhausted), stop every process from the host, if
+        the sandbox can, within `policy.host_stop` of its own: the sandbox lives on for the
+        verifier. None when not."""
         if not isinstance(self.sandbox, HostStoppable) or self._subject is None:
             return None
-        remaining = max(1.0, budget_end - time.monotonic())
+        end = time.monotonic() + self.policy.host_stop
         try:
-            stopped = await asyncio.wait_for(self.sandbox.stop_all_from_host(), remaining)
+            stopped = await asyncio.wait_for(
+                self.sandbox.stop_all_from_host(), self.policy.host_stop
+            )
         except Exception as exc:
             log.warning("relay could not stop the sandbox's processes from the host: %r", exc)
             return None
         if not stopped:
             return None
-        await asyncio.wait({self._subject}, timeout=max(1.0, budget_end - time.monotonic()))
+        await asyncio.wait({self._subject}, timeout=max(0.0, end - time.monotonic()))
         if not self._subject_confirmed_gone():
             return None
-        return RelayOutcome(
-            Ending.TIMEOUT,
-            exit_code=TIMEOUT_EXIT_CODE,
-            stop_sec=time.monotonic() - started,
-            detail="no command could run in the sandbox (its pids exhausted?): every process "
-            "was killed from the host",
+        return self._timed_out(
+            started,
+            "every pid the sandbox allows was taken, so no command could run in it: every "
+            "process was killed from the host",
         )
 
     # -- host abort: quiesce the whole group, then settle -------------------------------------

@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 ruff check .
 ruff format --check .
+mypy
 exec python3 -m pytest "$@"

@@ -61,9 +61,7 @@ def inspect_bundle(wheel: str | Path) -> BundleInfo:
             dist_info = [t for t in tops if t.endswith(".dist-info")]
             if len(dist_info) != 1:
                 raise BundleError(f"{path}: not a wheel (no single .dist-info folder)")
-            dist = importlib.metadata.PathDistribution(
-                zipfile.Path(archive, f"{dist_info[0]}/")  # type: ignore[arg-type]
-            )
+            dist = importlib.metadata.PathDistribution(zipfile.Path(archive, f"{dist_info[0]}/"))
             name, version = dist.metadata["Name"], dist.version
             requires = dist.requires or []
             requires_python = dist.metadata["Requires-Python"]

@@ -13,8 +13,8 @@ import sys
 from rich.console import Console
 
 from orchestrator.cli import bundle, export, prewarm, reap, run, serve, view
-from orchestrator.cli.common import print_error
-from orchestrator.common.errors import TrialboxError
+from orchestrator.cli.common import EXIT_INFRA, print_error
+from orchestrator.common.errors import HostStorageError, TrialboxError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=getattr(args, "json", False))
     try:
         return args.handler(args, console)
+    except HostStorageError as exc:  # the host's fault (a full disk), not the input's
+        print_error(console, exc)
+        return EXIT_INFRA
     except (TrialboxError, ValueError) as exc:
         print_error(console, exc)
         return 1

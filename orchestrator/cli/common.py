@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 from types import TracebackType
@@ -32,6 +33,16 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def signal_exit_code(signum: int) -> int:
     return 128 + signum
+
+
+def announce_job(job_id: str, owner: str) -> None:
+    """The first line `run` and `serve` print (on stderr): whose sandboxes to reap if this
+    process dies without tearing them down."""
+    print(
+        f"job {job_id}, owner {owner} — trialbox reap --job {job_id} removes its leftovers",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 class CancelOnSignal:

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import sys
 from argparse import SUPPRESS
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from orchestrator.cli.common import (
     add_model_options,
     add_sandbox_options,
     add_task_options,
+    announce_job,
     config_of,
     progress_bar,
     signal_exit_code,
@@ -57,8 +57,9 @@ from orchestrator.trials.result import TrialResult
 DESCRIPTION = f"""\
 Run trials and print a summary. Exit code 0 when every trial ran, 1 on bad input or a task
 that could not be used (it fails before its agent runs, and is never counted as a scored
-zero), {EXIT_INFRA} when any trial failed for infrastructure reasons. SIGINT (Ctrl-C), SIGTERM
-and SIGHUP cancel the running trials, which write their result.json and remove their
+zero), {EXIT_INFRA} when any trial failed for infrastructure reasons or the host could not write
+the job's files (a full disk: the job goes on, each trial it hit is infra). SIGINT (Ctrl-C),
+SIGTERM and SIGHUP cancel the running trials, which write their result.json and remove their
 containers; the exit code is then 128 + the signal's number (130, 143, 129). The job id and
 owner are printed to stderr at the start: after a SIGKILL, `trialbox reap --job JOB` removes
 the leftovers and `trialbox run --resume JOBS_DIR/JOB` finishes the job.
@@ -250,7 +251,7 @@ def _summary_table(job: JobRecord) -> Table:
     for column in ("trial", "status", "reward", "agent", "error", "seconds"):
         table.add_column(column)
     for trial in job.trials:
-        agent = trial.agent.termination or "-"
+        agent: str = trial.agent.termination or "-"
         if trial.agent.exit_code is not None:
             agent += f" ({trial.agent.exit_code})"
         error = f"{trial.error.category}: {trial.error.message[:80]}" if trial.error else ""
@@ -279,12 +280,7 @@ def _totals(job: JobRecord) -> str:
 
 
 async def _drive(plan: _Job, console: Console) -> int:
-    print(
-        f"job {plan.job_id}, owner {plan.owner} — trialbox reap --job {plan.job_id} removes its "
-        "leftovers",
-        file=sys.stderr,
-        flush=True,
-    )
+    announce_job(plan.job_id, plan.owner)
     job: JobRecord | None = None
     with progress_bar(console, disable=plan.json_output) as progress:
         bar = progress.add_task(plan.title, total=plan.total)
@@ -331,7 +327,7 @@ async def _drive(plan: _Job, console: Console) -> int:
         )
         return signal_exit_code(stop.received)
     assert job is not None
-    if job.counts_by_error_category.get("infra"):
+    if job.counts_by_error_category.get("infra") or job.write_errors:
         return EXIT_INFRA
     return 1 if any(task_unusable(t) for t in job.trials) else 0
 

@@ -15,6 +15,7 @@ from orchestrator.cli.common import (
     add_config_options,
     add_model_options,
     add_sandbox_options,
+    announce_job,
     config_of,
     print_error,
 )
@@ -104,6 +105,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="on shutdown, seconds to let rollouts finish before aborting them (default: 30)",
     )
     parser.add_argument(
+        "--orphan-timeout",
+        type=float,
+        default=None,
+        metavar="SEC",
+        help="cancel a rollout whose id nobody submitted, polled or long-polled for SEC "
+        "seconds (a trainer that died, a lost cancel); its status says why (default: off)",
+    )
+    parser.add_argument(
         "--prewarm",
         action="store_true",
         help="build the images of the template task or of every task in --tasks-dir first",
@@ -167,6 +176,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.max_body_bytes < 1 or args.max_metadata_bytes < 1:
         print_error(console, "--max-body-bytes and --max-metadata-bytes must be at least 1")
         return 1
+    if args.orphan_timeout is not None and not args.orphan_timeout > 0:
+        print_error(console, "--orphan-timeout must be more than 0 seconds (omit it for none)")
+        return 1
     if args.workflow_config is not None and args.bundle is None:
         print_error(console, "--workflow-config configures a --bundle; give one")
         return 1
@@ -181,6 +193,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         config=on_cluster(config_of(args), args),
         agent=args.agent if bundle is None else bundle.spec,
         task=args.task, tasks_dir=args.tasks_dir, retention_sec=args.retention_sec,
+        orphan_timeout_sec=args.orphan_timeout,
     )  # fmt: skip
     prewarm_tasks = []
     if args.prewarm:
@@ -207,5 +220,6 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True
     )
+    announce_job(engine.job_id, engine.config.owner)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0

@@ -100,7 +100,7 @@ class _ChunkReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         while not self._pending:
             try:
                 self._pending = next(self._chunks)

@@ -141,3 +141,8 @@ class SandboxNotReadyError(TrialboxError):
 class RuntimeMissingError(TaskError):
     """The agent (or the model gateway's forwarder) runs trialbox's Python runtime inside the
     sandbox, and this image has no usable python3 for it."""
+
+
+class HostStorageError(TrialboxError):
+    """The host could not keep a trial's or a job's files (the disk of the jobs folder full,
+    or the folder not writable): the machine's fault, not the agent's. infra, run again."""

@@ -23,6 +23,12 @@ class Limits(BaseModel):
     stop_kill_grace_sec: float = Field(
         10.0, gt=0, description="Then: seconds to confirm the leader's end after KILL."
     )
+    stop_host_sec: float = Field(
+        15.0,
+        gt=0,
+        description="Every pid taken: seconds to kill every process from the host and see the "
+        "leader's end, on top of the graces.",
+    )
     # One command in a sandbox.
     exec_kill_after_sec: float = Field(
         5.0, gt=0, description="Inside the sandbox: KILL this long after a timed-out TERM."

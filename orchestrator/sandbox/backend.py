@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from orchestrator.sandbox.creator import Creator
 from orchestrator.sandbox.placement import Placement
 from orchestrator.sandbox.protocol import Capabilities, Sandbox
 from orchestrator.sandbox.spec import SandboxSpec
@@ -63,6 +64,10 @@ class Leftover(BaseModel):
     state: str
     node: str | None = Field(
         None, description="The cluster node whose engine holds it; None: this host's engine."
+    )
+    jobs_dir: str | None = Field(None, description="Its `trialbox.jobs_dir` label.")
+    creator: Creator | None = Field(
+        None, description="The process its labels say made it; None: they name none."
     )
 
 

@@ -63,6 +63,9 @@ class ImageDefaults(BaseModel):
     healthcheck: Healthcheck | None = None
 
 
+PIDS_A_COMMAND_NEEDS = 3  # see Health.pids_exhausted
+
+
 class Health(BaseModel):
     """What the engine says about a sandbox, read from outside it (no exec needed), so a
     fault can be put in its true category: the agent's doing, or the engine's and host's."""
@@ -89,10 +92,12 @@ class Health(BaseModel):
 
     @property
     def pids_exhausted(self) -> bool:
-        """Every pid the sandbox allows is taken (within one: the probe itself needs one)."""
+        """Too few pids are left for any command of the framework's to run: it needs three
+        (the exec's own process, the `timeout` wrapper's shell, one fork of that shell). A
+        fork loop whose parents gave up leaves one or two free, and nothing can start."""
         if self.pids_current is None or not self.pids_limit:
             return False
-        return self.pids_current >= self.pids_limit - 1
+        return self.pids_limit - self.pids_current < PIDS_A_COMMAND_NEEDS
 
 
 class ExecResult(BaseModel):
@@ -158,6 +163,11 @@ class Sandbox(RelaySandbox, Protocol):
 
     async def health(self, *, pids: bool = False) -> Health:
         """The engine's view of the sandbox; `pids` also reads the pid count (slower)."""
+        ...
+
+    async def pids_exhausted(self) -> bool:
+        """The host's instant reading of the pid count (no exec): every pid is taken. False
+        when not, or when this backend cannot tell at once (a remote engine)."""
         ...
 
     async def stop_all_from_host(self) -> bool:

@@ -6,6 +6,8 @@ import hashlib
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.sandbox.creator import LABEL_JOBS_DIR, Creator, this_process
+
 LABEL_TRIAL = "trialbox.trial"
 LABEL_JOB = "trialbox.job"
 LABEL_OWNER = "trialbox.owner"
@@ -51,6 +53,14 @@ class SandboxSpec(BaseModel):
     workdir: str | None = Field(
         None, description="Working directory of every exec; None keeps the image's WORKDIR."
     )
+    jobs_dir: str | None = Field(
+        None,
+        description="The absolute jobs folder of the trial: a later process on that folder "
+        "removes the sandbox once its creator is gone.",
+    )
+    creator: Creator = Field(
+        default_factory=this_process, description="The process that makes the sandbox."
+    )
 
     @property
     def name(self) -> str:
@@ -60,5 +70,10 @@ class SandboxSpec(BaseModel):
 
     @property
     def labels(self) -> dict[str, str]:
-        """Every sandbox carries these, so leftovers can always be found and reaped."""
-        return {LABEL_TRIAL: self.trial_id, LABEL_JOB: self.job_id, LABEL_OWNER: self.owner}
+        """Every sandbox carries these, so leftovers can always be found and reaped, and
+        those of a dead process told from those of a live one."""
+        labels = {LABEL_TRIAL: self.trial_id, LABEL_JOB: self.job_id, LABEL_OWNER: self.owner}
+        labels |= self.creator.labels
+        if self.jobs_dir is not None:
+            labels[LABEL_JOBS_DIR] = self.jobs_dir
+        return labels

@@ -19,7 +19,8 @@ the retry-after a full line answers), `loading` (a request's task and agent, eac
 loaded once), `trial_maker` (a rollout's trial, local or placed on a cluster node, and the
 model gateway local trials share), `tombstones` (what must not start),
 `watchers` (long polls), `status` (the documents a rollout reads as), `selection` (what a
-cancel names) and `callbacks` (the `Outbox` of POSTs on their way).
+cancel names), `callbacks` (the `Outbox` of POSTs on their way) and `orphans` (the
+`orphan_timeout_sec` timer that cancels a rollout nobody asks about).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
 from orchestrator.service.loading import Loader
+from orchestrator.service.orphans import OrphanWatch
 from orchestrator.service.rollouts import Disposition, RolloutRequest, RolloutStatus
 from orchestrator.service.status import live_status, settled_status
 from orchestrator.service.tombstones import (
@@ -80,12 +82,16 @@ class TrialEngine:
         max_tombstones: int = DEFAULT_MAX_TOMBSTONES,
         max_long_polls: int = DEFAULT_MAX_LONG_POLLS,
         clock: Callable[[], float] | None = None,
+        orphan_timeout_sec: float | None = None,
     ) -> None:
         """`abort_tombstone_sec`: how long `abort(scope)` keeps later submits of its scope
         from starting (0: not at all). `max_tombstones`: how many ids cancelled before their
         submit (or refused by an abort) are remembered, each for `retention_sec`.
         `max_long_polls`: long polls (`watch`) held at once. `clock`: the monotonic clock of
-        retention and tombstones (tests step it)."""
+        retention, tombstones and the orphan timer (tests step it). `orphan_timeout_sec`: a
+        live rollout whose id nobody submitted, polled (`status`) or long-polled (`watch`,
+        `wait`: held for their whole duration) for that long is cancelled, its status saying
+        why (None, the default: never; see `orphans`)."""
         if n_concurrent < 1:
             raise ValueError("n_concurrent must be at least 1")
         if max_queue_depth is not None and max_queue_depth < 1:
@@ -122,6 +128,7 @@ class TrialEngine:
         self._outbox = Outbox()
         self._admission = Admission(n_concurrent, max_queue_depth)
         self._trials = TrialMaker(self.config, self.backend, self.job_id)
+        self._orphans = OrphanWatch(orphan_timeout_sec, clock or time.monotonic, self._orphaned)
         self.loop: asyncio.AbstractEventLoop | None = None
         _engines.add(self)
 
@@ -170,6 +177,7 @@ class TrialEngine:
         `task` and `agent` skip loading when the caller has them already (run_job does). The
         rollout's trial id is derived from its rollout id (`ids.trial_id_for`).
         """
+        self._orphans.touch(request.rollout_id)  # a repeated submit: its caller is there
         self._admit(request)
         self._trials.check_model(request)
         if task is None or agent is None:
@@ -183,6 +191,7 @@ class TrialEngine:
             trial_id=trial_id_for(request.rollout_id),
         )  # fmt: skip
         self._live[request.rollout_id] = rollout
+        self._orphans.track(request.rollout_id)
         rollout.runner = asyncio.create_task(self._drive(rollout), name=request.rollout_id)
         # A runner cancelled before its first step never enters _drive: settle it here.
         rollout.runner.add_done_callback(lambda _task: self._settle_if_live(rollout))
@@ -194,7 +203,8 @@ class TrialEngine:
         rollout = self._live.get(rollout_id)
         if rollout is None:
             raise KeyError(f"rollout {rollout_id!r} is not in flight")
-        return await asyncio.shield(rollout.done)
+        with self._orphans.held(rollout_id):
+            return await asyncio.shield(rollout.done)
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -238,7 +248,9 @@ class TrialEngine:
             del self._live[rollout_id]
             self._cancel_answers.pop(rollout_id, None)
         self._admission.observe(result)
-        self._finished.set(rollout_id, settled_status(rollout_id, result))
+        self._finished.set(
+            rollout_id, self._orphans.settled(rollout_id, settled_status(rollout_id, result))
+        )
         if not rollout.done.done():
             rollout.done.set_result(result)
         self._watchers.notify(rollout_id)
@@ -249,6 +261,7 @@ class TrialEngine:
     def status(self, rollout_id: str) -> RolloutStatus:
         """queued / running / grading while live; the outcome while retained; cancelled while
         tombstoned; else unknown."""
+        self._orphans.touch(rollout_id)
         rollout = self._live.get(rollout_id)
         if rollout is not None:
             return live_status(rollout_id, rollout.trial)
@@ -267,7 +280,8 @@ class TrialEngine:
         (submitted, slot taken, grading, settled, tombstoned), never by polling. Raises
         `TooManyLongPolls` past `max_long_polls` long polls at once.
         """
-        return await self._watchers.watch(rollout_id, wait_sec)
+        with self._orphans.held(rollout_id):
+            return await self._watchers.watch(rollout_id, wait_sec)
 
     @property
     def long_polls(self) -> int:
@@ -326,11 +340,23 @@ class TrialEngine:
                 await asyncio.wait(chosen)
         return dispositions
 
+    def _orphaned(self, rollout_id: str, reason: str) -> None:
+        """The orphan timer's cancel: the ordinary one, the reason in the trial's result."""
+        rollout = self._live.get(rollout_id)
+        if rollout is None:
+            return
+        disposition = self.cancel_nowait(ids=[rollout_id])[rollout_id]
+        if disposition in ("cancelled_queued", "cancelled_running"):
+            if rollout.trial is not None:  # written to its result.json as it finishes
+                rollout.trial.result.warnings.append(reason)
+            log.warning("rollout %s: %s", rollout_id, reason)
+
     # -- shutdown -----------------------------------------------------------------------------
 
     async def shutdown(self, drain_sec: float = 30.0) -> None:
         """Stop accepting, let live rollouts finish for up to `drain_sec`, then abort the rest."""
         self._closed = True
+        await self._orphans.aclose()
         runners = [r.runner for r in self._live.values() if r.runner is not None]
         if runners:
             await asyncio.wait(runners, timeout=drain_sec)

@@ -67,6 +67,6 @@ class InFlight:
         return TrialResult(
             trial_id=self.trial_id, job_id=job_id, rollout_id=self.request.rollout_id,
             session_id=self.request.session_id, task_name=self.task.name,
-            agent_spec=self.agent.spec, attempt=self.attempt, status=status,  # type: ignore[arg-type]
+            agent_spec=self.agent.spec, attempt=self.attempt, status=status,
             error=error, started_at=now, finished_at=now, trial_dir="",
         )  # fmt: skip

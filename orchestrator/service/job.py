@@ -17,9 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.common.host_storage import host_storage_error
 from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Backend
+from orchestrator.sandbox.reclaim import reclaim_dead
 from orchestrator.service.aggregates import counted, pass_at_k, summarize, task_unusable
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.job_config import JobConfigFile, public_trial_config
@@ -118,7 +120,8 @@ async def run_job(
     loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
     the_agent = agent if isinstance(agent, Agent) else parse_agent(agent)
     jobs_dir = config.jobs_dir.resolve()
-    job_id = job_id or await run_blocking(fresh_job_id, jobs_dir)
+    if not job_id:
+        job_id = await run_blocking(fresh_job_id, jobs_dir)
     job_dir = await run_blocking(claim_job_dir, jobs_dir, job_id, resume=False)
     saved = JobConfigFile(
         job_id=job_id, tasks=[str(t.path) for t in loaded], agent=the_agent.spec,
@@ -177,6 +180,7 @@ async def resume_job(
         config = _resumed_config(saved, job_dir, keep_containers, credentials)
         backend = backend or config.backend.build(config.limits)
         await _remove_leftovers(backend, saved.job_id)
+        await reclaim_dead(backend, job_dir.parent)  # other jobs' runs, killed, on this folder
         backoff = retry_backoff or Backoff(*saved.retry_backoff_sec)
         saved = saved.model_copy(
             update={
@@ -252,7 +256,13 @@ async def _run(
 ) -> JobRecord:
     """config.json first, job.json from the start and after each trial, the last at the end
     whatever happened."""
-    await write_atomic(job_dir / CONFIG_FILE, saved.text(config))
+    try:
+        await write_atomic(job_dir / CONFIG_FILE, saved.text(config))
+    except OSError as exc:  # no config.json, nothing to resume: the job does not start
+        where = job_dir / CONFIG_FILE
+        raise host_storage_error(
+            exc, f"{where} could not be written", job_dir, then="the job did not start"
+        ) from exc
     chains = [slot.chain for slot in slots] + extras
     store = JobStore(job_dir, lambda: record_of(saved.job_id, job_dir, chains, len(slots)))
     await store.save()

@@ -70,6 +70,11 @@ class JobRecord(JobResult):
     superseded_by: dict[str, str] = Field(
         default_factory=dict, description="trial id -> the trial id of the attempt after it."
     )
+    write_errors: list[str] = Field(
+        default_factory=list,
+        description="Writes of job.json the host refused (a full disk), each saying where and "
+        "what to do; the job went on, and `trialbox run` exits 3.",
+    )
 
 
 def record_of(job_id: str, job_dir: Path, chains: Sequence[Chain], n_expected: int) -> JobRecord:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import aiofiles
 import aiofiles.os
 
+from orchestrator.common.host_storage import disk_full, host_storage_error
 from orchestrator.common.ids import check_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.service.job_record import JobRecord
@@ -25,15 +27,22 @@ CONFIG_FILE = "config.json"
 JOB_FILE = "job.json"
 LOCK_FILE = ".lock"
 
+log = logging.getLogger(__name__)
+
 
 async def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, flush it to disk, then replace `path`."""
+    """Write `text` to a temporary file beside `path`, flush it to disk, then replace `path`;
+    a write that fails leaves `path` as it was and no temporary."""
     temporary = path.with_name(f".{path.name}.tmp")
-    async with aiofiles.open(temporary, "w", encoding="utf-8") as out:
-        await out.write(text)
-        await out.flush()
-        await run_blocking(os.fsync, out.fileno())
-    await aiofiles.os.replace(temporary, path)
+    try:
+        async with aiofiles.open(temporary, "w", encoding="utf-8") as out:
+            await out.write(text)
+            await out.flush()
+            await run_blocking(os.fsync, out.fileno())
+        await aiofiles.os.replace(temporary, path)
+    except OSError:
+        await run_blocking(temporary.unlink, missing_ok=True)
+        raise
 
 
 def claim_job_dir(jobs_dir: Path, job_id: str, *, resume: bool) -> Path:
@@ -44,14 +53,20 @@ def claim_job_dir(jobs_dir: Path, job_id: str, *, resume: bool) -> Path:
         if not (job_dir / CONFIG_FILE).is_file():
             raise ValueError(f"{job_dir}: not a job folder to resume (it has no {CONFIG_FILE})")
         return job_dir
-    job_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
+        job_dir.parent.mkdir(parents=True, exist_ok=True)
         job_dir.mkdir()
     except FileExistsError:
         raise ValueError(
             f"{job_dir}: a job folder of that name exists already; continue it with "
             "--resume (run_job(..., resume=True)) or choose another job name"
         ) from None
+    except OSError as exc:
+        if not disk_full(exc):
+            raise  # a path that is no folder, say: the input's, as the OS said it
+        raise host_storage_error(
+            exc, f"{job_dir} could not be made", job_dir.parent, then="the job did not start"
+        ) from exc
     return job_dir
 
 
@@ -70,25 +85,45 @@ def lock_job_dir(job_dir: Path) -> int:
 class JobStore:
     """Keeps `job.json` current: `save()` after each result rewrites it with everything
     finished so far. Saves that arrive while one is being written are folded into the next
-    write, so a burst of results costs one or two writes, not one each."""
+    write, so a burst of results costs one or two writes, not one each.
 
-    def __init__(self, job_dir: Path, snapshot: Callable[[], JobRecord]) -> None:
+    A write the host refuses (its disk full) never stops the job: it is logged, kept in
+    `write_errors` (the record says so, and `trialbox run` exits 3), and the next save
+    writes everything again. The trials' own result.json files, which `--resume` reads, are
+    apart from it."""
+
+    def __init__(self, job_dir: Path, record: Callable[[], JobRecord]) -> None:
         self.job_dir = job_dir
-        self.snapshot = snapshot
+        self._record = record
         self._lock = asyncio.Lock()
         self._changes = 0
         self._written = 0
+        self.write_errors: list[str] = []
+
+    def snapshot(self) -> JobRecord:
+        """The job as far as it went, with the writes of job.json that failed."""
+        return self._record().model_copy(update={"write_errors": list(self.write_errors)})
 
     async def save(self) -> None:
-        """Returns once job.json holds every result recorded before this call."""
+        """Returns once job.json holds every result recorded before this call, or the write
+        failed and is recorded."""
         self._changes += 1
         wanted = self._changes
         async with self._lock:
             if self._written >= wanted:
                 return  # a write that began after our change already covered it
             covering = self._changes
-            text = self.snapshot().model_dump_json(indent=2)
-            await write_atomic(self.job_dir / JOB_FILE, text)
+            where = self.job_dir / JOB_FILE
+            try:
+                await write_atomic(where, self.snapshot().model_dump_json(indent=2))
+            except OSError as exc:
+                error = host_storage_error(
+                    exc, f"{where} could not be written", self.job_dir,
+                    then="the job goes on; every trial's own result.json is apart from it",
+                )  # fmt: skip
+                log.warning("%s", error)
+                self.write_errors.append(str(error))
+                return
             self._written = covering
 
     async def save_final(self) -> None:

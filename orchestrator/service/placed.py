@@ -162,6 +162,6 @@ class PlacedTrial:
 def _error_of(exc: Exception, phase: str) -> TrialError:
     category = exc.category if isinstance(exc, TrialboxError) else "infra"
     return TrialError(
-        category=category, phase=phase, type=type(exc).__name__, message=str(exc),  # type: ignore[arg-type]
+        category=category, phase=phase, type=type(exc).__name__, message=str(exc),
         discardable=category == "infra",
     )  # fmt: skip

@@ -5,7 +5,8 @@ document (with model usage), and with `?wait=N` (0 < N <= 25) a long poll; GET
 /rollouts/{id}/trajectory the finished rollout's ATIF trajectory; POST /rollouts/cancel takes
 exactly one selector; GET /healthz. For clients written against the other spelling, POST
 /rollout, GET /rollout/{id}/status and POST /rollout/cancel are the same routes. On shutdown
-the server stops accepting, drains for a bounded time, then host-aborts what is left.
+the server stops accepting, drains for a bounded time, then host-aborts what is left. On
+start it removes the sandboxes a dead process left on the same jobs folder (`reclaim`).
 
 The promises:
 
@@ -53,6 +54,7 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.common.errors import TaskError, TrialboxError
 from orchestrator.common.ids import ROLLOUT_ID_PATTERN
+from orchestrator.sandbox.reclaim import reclaim_dead
 from orchestrator.service.auth import Tokens, scope_of
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.guards import BodyLimit, json_size, url_under
@@ -133,6 +135,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # A predecessor on this jobs folder killed with SIGKILL left its sandboxes running.
+        await reclaim_dead(engine.backend, engine.config.jobs_dir)
         if prewarm_tasks:
             rows = await prewarm(
                 prewarm_tasks, base_image_map=engine.config.base_image_map,

@@ -8,6 +8,8 @@ sandbox killed or removed through the engine, or an engine that does not answer,
 
 from __future__ import annotations
 
+import asyncio
+
 from orchestrator.common.errors import (
     AgentResourceError,
     SandboxLostError,
@@ -65,12 +67,28 @@ def classify(health: Health, *, what: str, memory_mb: int) -> TrialboxError | No
     return None
 
 
+# An agent killed amid OOM kills may have been killed with its sandbox: the engine logs the
+# sandbox's death a moment after the exec returns, so the account is read again this long.
+OOM_SETTLE_SEC = 1.0
+OOM_SETTLE_POLL_SEC = 0.1
+
+
 async def after_agent(sandbox: Sandbox, exit_code: int | None, *, memory_mb: int) -> str | None:
     """After an agent that ended by itself: the sandbox must still be there to verify it
     (else the cause is raised); memory kills that did not end it are a note (returned)."""
     health = await sandbox.health()
-    if not health.known:
+    if not health.known and not health.storage_exceeded:
         return None  # no answer now: the verifier will find out, and say
+    killed = exit_code is None or exit_code >= 128
+    deadline = asyncio.get_running_loop().time() + OOM_SETTLE_SEC
+    while killed and health.oom_kills > 0 and health.running and not health.died_inside:
+        if asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(OOM_SETTLE_POLL_SEC)
+        again = await sandbox.health()
+        if not again.known:
+            break
+        health = again
     raise_if_going(health, what=f"the agent ended ({exit_code}) with its sandbox",
                    memory_mb=memory_mb)  # fmt: skip
     return oom_note(health, memory_mb=memory_mb)

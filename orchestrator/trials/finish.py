@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from orchestrator.common.errors import (
     TrialboxError,
     WorkflowError,
 )
+from orchestrator.common.host_storage import disk_full, host_storage_error
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
@@ -44,6 +46,8 @@ from orchestrator.trials.result import Phase, TrialError, TrialResult
 from orchestrator.trials.rewards import NO_REWARD, headline_reward
 from orchestrator.trials.verifier import VerifierRun, score, where_to_look
 from orchestrator.trials.verifier_network import judge_verifier_network, unreachable_line
+
+RERUN = "the trial is infra: discard it and run it again (--max-retries, trialbox run --resume)"
 
 
 class TrialFinish:
@@ -79,6 +83,10 @@ class TrialFinish:
     def _fail(self, exc: BaseException, phase: Phase | None = None) -> None:
         if self.result.error is not None:
             return  # the first error is the cause; later ones are consequences
+        if disk_full(exc) and not isinstance(exc, TrialboxError):
+            assert isinstance(exc, OSError)
+            what = f"the {phase or self._phase} step could not write the trial's files"
+            exc = host_storage_error(exc, what, self.trial_dir, then=RERUN)
         category = exc.category if isinstance(exc, TrialboxError) else "infra"
         self.result.error = TrialError(
             category=category,
@@ -230,8 +238,49 @@ class TrialFinish:
             await self.sandbox.destroy()
 
     async def _write_result(self) -> None:
+        """result.json, or, when the host cannot write it, a result that says so: infra (the
+        outcome is lost on disk, so the sample is run again), the trial's collected logs
+        removed to make room when the disk is full, then written again. A result that still
+        cannot be written reaches only the caller (job.json, the summary, the server's
+        status); the job goes on either way."""
+        try:
+            await self._write_result_file()
+            return
+        except OSError as exc:
+            self._lose_the_outcome(exc)
+            if disk_full(exc):
+                await run_blocking(shutil.rmtree, self.trial_dir / "logs", ignore_errors=True)
+                self.result.warnings.append(
+                    f"{self.trial_dir / 'logs'}: removed to make room for result.json"
+                )
+        try:
+            await self._write_result_file()
+        except OSError as again:
+            assert self.result.error is not None
+            self.result.error.message += (
+                f"; written again, it failed too ({again.strerror or again}): this result is "
+                "only in what the trial's caller keeps (job.json, the run's output, the "
+                "server's status)"
+            )
+
+    def _lose_the_outcome(self, exc: OSError) -> None:
+        """The trial becomes infra: what it had (an error, a reward) is kept as a warning."""
+        earlier, rewards = self.result.error, self.result.rewards
+        self.result.error, self.result.rewards, self.result.reward = None, {}, None
+        where = self.trial_dir / "result.json"
+        self._fail(host_storage_error(exc, f"{where} could not be written", self.trial_dir,
+                                      then=RERUN), "teardown")  # fmt: skip
+        if self.result.status != "cancelled":
+            self.result.status = "failure"
+        if rewards:
+            self.result.warnings.append(f"the reward the verifier wrote, not kept: {rewards}")
+        if earlier is not None:
+            self.result.warnings.append(f"before: {earlier.category}: {earlier.message}")
+
+    async def _write_result_file(self) -> None:
         """Written whole or not at all (a temporary file, then a rename): a job killed while
-        writing it leaves no half a result for `--resume` to misread."""
+        writing it leaves no half a result for `--resume` to misread; a failed write leaves
+        no temporary either."""
         await run_blocking(self.trial_dir.mkdir, parents=True, exist_ok=True)
         text = self.scrubber.text(self.result.model_dump_json(indent=2))
         partial = self.trial_dir / f".result.json.{os.getpid()}"
@@ -240,6 +289,5 @@ class TrialFinish:
                 await out.write(text)
             await run_blocking(os.replace, partial, self.trial_dir / "result.json")
         except OSError:
-            # A full disk must not leave a 0-byte temporary behind (issue 18 item 5).
             await run_blocking(partial.unlink, missing_ok=True)
             raise

@@ -69,6 +69,9 @@ class GuardedSandbox:
     async def health(self, *, pids: bool = False) -> Health:
         return await self.inner.health(pids=pids)
 
+    async def pids_exhausted(self) -> bool:
+        return await self.inner.pids_exhausted()
+
     async def stop_all_from_host(self) -> bool:
         return await self.inner.stop_all_from_host()
 

@@ -48,7 +48,7 @@ class AgentOutcome(BaseModel):
     def of_relay(cls, outcome: RelayOutcome, duration: float) -> AgentOutcome:
         """The relay's one decision, in the result's words (its Ending values are ours)."""
         return cls(
-            termination=outcome.ending.value,  # type: ignore[arg-type]
+            termination=outcome.ending.value,
             exit_code=outcome.exit_code,
             duration_sec=duration,
             stop_sec=outcome.stop_sec,

@@ -163,6 +163,7 @@ class Trial(TrialFinish):
             pids_limit=self.task.config.environment.pids_limit, storage_mb=context.storage_mb,
             network_mode=context.network_mode, env=context.env, workdir=context.workdir,
             mounts=await self._open_model_link(),
+            jobs_dir=str(self.trial_dir.parents[1]),  # <jobs_dir>/<job_id>/<trial_id>
         )  # fmt: skip
         self.sandbox = sandbox = await self.backend.create_sandbox(spec)
         if self._needs_runtime:  # "present" too: the task's own steps may remove python3
@@ -177,12 +178,12 @@ class Trial(TrialFinish):
         )  # fmt: skip
         check = context.healthcheck or defaults.healthcheck
         if check is not None:
-            where = (
+            check_where = (
                 f"{self.task.path / 'task.toml'}: environment.healthcheck"
                 if context.healthcheck is not None
                 else f"the HEALTHCHECK of image {built.tag}"
             )
-            await wait_ready(sandbox, check, where=where)
+            await wait_ready(sandbox, check, where=check_where)
         container_input = staged.container_input
         if self.link is not None:
             await self.link.connect(sandbox)
@@ -243,7 +244,9 @@ class Trial(TrialFinish):
         reads that decision."""
         await self.agent.prepare(sandbox, staged)
         policy = RelayPolicy(
-            term_grace=self.limits.stop_term_grace_sec, kill_grace=self.limits.stop_kill_grace_sec
+            term_grace=self.limits.stop_term_grace_sec,
+            kill_grace=self.limits.stop_kill_grace_sec,
+            host_stop=self.limits.stop_host_sec,
         )
         guarded = GuardedSandbox(sandbox, lambda: self._before_relay_destroys(sandbox))
         relay = Relay(guarded, policy=policy, stdout=AGENT_STDOUT, stderr=AGENT_STDERR)

@@ -288,7 +288,7 @@ def test_validation_names_the_field(path: str, value: Any, problem: str | None) 
 
 
 def test_before_v17_session_id_is_required_and_refs_resolve_by_session() -> None:
-    doc = {
+    doc: dict[str, Any] = {
         "schema_version": "ATIF-v1.6",
         "agent": {"name": "a", "version": "1"},
         "steps": [{"step_id": 1, "source": "user", "message": "hi"}],
@@ -341,7 +341,7 @@ def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-ROUND_TRIPS = {
+ROUND_TRIPS: dict[str, list[dict[str, Any]]] = {
     "plain": [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "hi"},

@@ -74,7 +74,7 @@ def test_write_reward_refuses_non_finite(roots: Path, bad: float) -> None:
 @pytest.mark.parametrize("bad", [True, False, "1.0", None, [1.0]])
 def test_write_reward_refuses_non_numbers(roots: Path, bad: object) -> None:
     with pytest.raises(ValueError, match="'score' must be a number"):
-        write_reward({"score": bad})
+        write_reward({"score": bad})  # type: ignore[dict-item]
     assert not paths.reward_json_path().exists()
 
 
@@ -118,7 +118,7 @@ def test_result_round_trip_keeps_output(tmp_path: Path) -> None:
 
 def test_result_rejects_unknown_status() -> None:
     with pytest.raises(ValidationError):
-        ContainerResult(status="done", duration_sec=0.0)  # type: ignore[arg-type]
+        ContainerResult(status="done", duration_sec=0.0)
 
 
 def test_write_model_is_atomic_and_readable(tmp_path: Path) -> None:

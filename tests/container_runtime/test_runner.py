@@ -138,9 +138,13 @@ def graders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def stage_input(**overrides: object) -> ContainerInput:
-    fields = {"trial_id": "trial-7", "instruction": "say done", "metadata": {"k": "v"}}
+    fields: dict[str, object] = {
+        "trial_id": "trial-7",
+        "instruction": "say done",
+        "metadata": {"k": "v"},
+    }
     fields.update(overrides)
-    model = ContainerInput(**fields)  # type: ignore[arg-type]
+    model = ContainerInput(**fields)
     write_model(paths.container_input_path(), model)
     return model
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,7 +134,7 @@ def test_round_trip_through_file(roots: Path) -> None:
 
 
 def test_tool_messages_become_the_observation_of_their_call(tmp_path: Path) -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "list files"},
         {
             "role": "assistant",

@@ -17,12 +17,12 @@ import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.sandbox import sandbox_name
+from orchestrator.trials.rewards import SNAPSHOT_CAP
 from tests.conftest import BASE_IMAGE, DEFAULT_DOCKERFILE, OFFICIAL_IMAGE, REPO_ROOT, MakeTask
 
 pytestmark = pytest.mark.docker
 
 WRITES_ANSWER = '#!/bin/sh\n[ "$(cat /app/answer.txt)" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'  # noqa: E501
-QUICK_STOP = Limits(stop_term_grace_sec=2, stop_kill_grace_sec=2)
 
 
 def task_toml(*, agent_timeout: float = 60, pids: int = 1024, memory_mb: int = 512) -> str:
@@ -56,29 +56,54 @@ async def test_an_agent_holding_every_pid_past_its_timeout_is_stopped_and_still_
         "time.sleep(300)\n"
     )
     task = make_task(task_toml=task_toml(agent_timeout=5, pids=48), test_sh=WRITES_ANSWER)
-    quick = config.model_copy(update={"limits": QUICK_STOP})
-    result = await run_trial(task, python_agent(hog), config=quick)
+    result = await run_trial(task, python_agent(hog), config=config)  # the default graces
     assert (result.status, result.reward, result.error) == ("success", 1.0, None)
     assert result.agent.termination == "timeout"
     assert "killed from the host" in result.agent.detail
     assert written(result)["reward"] == 1.0
 
 
-async def test_leftover_processes_holding_every_pid_are_killed_so_the_verifier_runs(
+async def test_a_bash_fork_loop_at_the_default_pids_limit_is_stopped_from_the_host_and_scored(
     config: TrialConfig, make_task: MakeTask
 ) -> None:
+    """Issue 18 item 4, with every default (graces, pids_limit 1024): bash retries the forks
+    that fail, so at the agent's timeout the pids are all taken and nothing can start inside.
+    The host's pid reading decides at once, the host stops every process, and the sample
+    counts: the verifier runs and scores the answer the agent wrote first."""
+    task = make_task(task_toml=task_toml(agent_timeout=10), test_sh=WRITES_ANSWER)
+    agent = "command:echo 42 > /app/answer.txt; bash -c 'while true; do sleep 1000 & done'"
+    result = await run_trial(task, agent, config=config)
+    assert (result.status, result.reward, result.error) == ("success", 1.0, None)
+    assert (result.agent.termination, result.agent.exit_code) == ("timeout", 124)
+    assert "every pid the sandbox allows was taken" in result.agent.detail
+    on_disk = written(result)
+    assert (on_disk["status"], on_disk["reward"], on_disk["error"]) == ("success", 1.0, None)
+    assert on_disk["agent"]["termination"] == "timeout"
+    assert (Path(result.trial_dir) / "logs" / "verifier" / "reward.txt").read_text() == "1\n"
+
+
+@pytest.mark.parametrize("freed", [0, 1], ids=["all-taken", "two-left"])
+async def test_leftover_processes_holding_every_pid_are_killed_so_the_verifier_runs(
+    config: TrialConfig, make_task: MakeTask, freed: int
+) -> None:
+    """The agent's leader ends (its own pid freed) and leaves sleepers holding the rest; with
+    `two-left` one of them ends too, as a fork loop's parents do: two free pids are too few
+    for any command of the framework's, and the leftovers are still killed from the host."""
     leave = (
         "import subprocess\n"
         "open('/app/answer.txt', 'w').write('42')\n"
+        "procs = []\n"
         "while True:\n"
-        "    try: subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        "    try: procs.append(subprocess.Popen(['sleep', '300'], start_new_session=True))\n"
         "    except OSError: break\n"
+        f"for proc in procs[:{freed}]: proc.kill(); proc.wait()\n"
     )
     task = make_task(task_toml=task_toml(pids=48), test_sh=WRITES_ANSWER)
     result = await run_trial(task, python_agent(leave), config=config)
     assert (result.status, result.reward) == ("success", 1.0)
     assert result.agent.termination == "exited"
-    assert any("held every pid" in w for w in result.warnings), result.warnings
+    held = f"({47 - freed} of 48)"  # the leader's pid is free once it exited
+    assert any("held every pid" in w and held in w for w in result.warnings), result.warnings
 
 
 async def test_an_agent_that_runs_out_of_memory_is_warned_about_and_scored(
@@ -165,7 +190,7 @@ async def test_files_cut_at_the_cap_are_warned_about_and_a_cut_reward_says_so(
 ) -> None:
     huge_reward = (
         '#!/bin/sh\nprintf \'{"reward": 1, "pad": "\' > /logs/verifier/reward.json\n'
-        "head -c 5000 /dev/zero | tr '\\0' x >> /logs/verifier/reward.json\n"
+        "head -c 70000 /dev/zero | tr '\\0' x >> /logs/verifier/reward.json\n"
         "printf '\"}' >> /logs/verifier/reward.json\n"
     )
     task = make_task(test_sh=huge_reward)
@@ -177,7 +202,11 @@ async def test_files_cut_at_the_cap_are_warned_about_and_a_cut_reward_says_so(
     )
     assert result.error is not None
     assert (result.error.category, result.error.type) == ("validation", "RewardFileError")
-    assert result.error.message.startswith("/logs/verifier/reward.json: cut at the collection cap")
+    # Scored from the snapshot the verifier's exec printed (at most SNAPSHOT_CAP bytes a file),
+    # not from the collected copy, which the log cap cut.
+    assert result.error.message.startswith(
+        f"/logs/verifier/reward.json: larger than {SNAPSHOT_CAP} bytes"
+    ), result.error.message
 
 
 def test_trialbox_run_exits_1_for_a_task_whose_dockerfile_step_fails(

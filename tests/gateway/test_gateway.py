@@ -13,7 +13,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from types import EllipsisType
 from typing import Any
 
@@ -281,7 +281,7 @@ async def test_without_a_host_key_no_authorization_goes_upstream(
 async def test_the_model_is_forced_and_sampling_defaults_yield_to_the_agent(
     gateway: Gateway, upstream: StandIn
 ) -> None:
-    sampling = Sampling(temperature=0.2, top_p=0.9, max_tokens=64, seed=7)  # type: ignore[call-arg]
+    sampling = Sampling(temperature=0.2, top_p=0.9, max_tokens=64, seed=7)
     slot = await gateway.open_slot(
         trial_id=TRIAL, rollout_id=ROLLOUT, model=model_config(upstream, sampling=sampling)
     )
@@ -594,7 +594,7 @@ async def test_a_stream_that_stalls_past_the_timeout_is_recorded_as_broken(
     (exchange,) = slot.record.exchanges
     assert exchange.streamed and exchange.error and "broke off" in exchange.error
     content = exchange.response["choices"][0]["message"]["content"]
-    assert content and reply.content.startswith(content), "what came is kept"
+    assert content and reply.content and reply.content.startswith(content), "what came is kept"
 
 
 # --- other paths ------------------------------------------------------------------------------
@@ -650,7 +650,7 @@ async def test_two_slots_used_concurrently_never_mix(gateway: Gateway) -> None:
 
         async def use(slot: Slot, name: str) -> None:
             async with agent_of(slot) as agent:
-                calls = []
+                calls: list[Coroutine[Any, Any, object]] = []
                 for i in range(8):
                     if i % 2:
                         calls.append(agent.stream(chat_body(f"{name} {i}")))

@@ -24,7 +24,11 @@ def tool_call(call_id: str, command: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": "sh", "arguments": arguments}}
 
 
-A1 = {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "pytest")]}
+A1: dict[str, Any] = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [tool_call("c1", "pytest")],
+}
 T1 = {"role": "tool", "tool_call_id": "c1", "content": "1 failed"}
 A2 = {"role": "assistant", "content": "Patching.", "tool_calls": [tool_call("c2", "sed -i x")]}
 T2 = {"role": "tool", "tool_call_id": "c2", "content": ""}

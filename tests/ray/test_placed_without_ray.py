@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def config_in(tmp_path: Path) -> TrialConfig:
     return TrialConfig(jobs_dir=tmp_path / "jobs", limits=QUICK, backend={"type": "fake"})
 
 
-def task_in(tmp_path: Path, **kwargs: str) -> Path:
+def task_in(tmp_path: Path, **kwargs: Any) -> Path:
     kwargs.setdefault("solve_sh", "#!/bin/sh\necho solved > /logs/artifacts/out.txt\n")
     return write_task(tmp_path / "tasks", "placed", **kwargs)
 

@@ -573,7 +573,7 @@ async def test_a_cancel_during_the_upload_removes_the_env_file(fakes) -> None:
         uploaded.set()
         await gate.wait()
 
-    fake.upload_file = slow_upload  # type: ignore[method-assign]
+    fake.upload_file = slow_upload
     relay = make_relay(fake)
     task = asyncio.ensure_future(relay.run(COMMAND, timeout_sec=5, env={"MY_API_KEY": SECRET}))
     await asyncio.wait_for(uploaded.wait(), 5)

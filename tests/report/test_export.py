@@ -136,11 +136,11 @@ async def test_parquet_reads_back_as_the_results(tmp_path: Path) -> None:
     table = pq.read_table(out)
     assert table.schema.field("timings.agent").type == "double"
     assert str(table.schema.field("started_at").type) == "timestamp[us, tz=UTC]"
-    rows = {r["trial_id"]: r for r in table.to_pylist()}
-    assert set(rows) == set(results)
-    for trial_id, flat in rows.items():
+    by_id = {r["trial_id"]: r for r in table.to_pylist()}
+    assert set(by_id) == set(results)
+    for trial_id, flat in by_id.items():
         _check_row(_nest(flat), results[trial_id], counted=True)
-    rich = rows[trial_of(job, "pass-0").trial_id]
+    rich = by_id[trial_of(job, "pass-0").trial_id]
     assert json.loads(rich["messages"]) == messages_from_trajectory(doc)
     assert [c["completion_token_ids"] for c in rich["completions"]] == [[7, 8, 9, 10, 11], [12, 13]]
     assert rich["completions"][0]["prompt_token_ids"] == [101, 102, 103]

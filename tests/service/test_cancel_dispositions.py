@@ -106,7 +106,7 @@ class HeldBackend(FakeBackend):
         teardown = self.gates.get((spec.trial_id, "teardown"))
         if collect is None and teardown is None:
             return sandbox
-        return HeldSandbox(sandbox, collect, teardown)  # type: ignore[return-value]
+        return HeldSandbox(sandbox, collect, teardown)
 
 
 def engine_on(tmp_path: Path, backend: FakeBackend, **kwargs: Any) -> TrialEngine:

@@ -73,7 +73,7 @@ async def until(condition: Callable[[], bool], what: str, within: float = 15.0) 
     [{"max_queue_depth": 0}, {"max_queue_depth": -1}, {"n_concurrent": 0}],
     ids=["depth-0", "depth-negative", "no-slots"],
 )
-def test_engine_refuses_limits_that_could_never_admit_work(kwargs: dict[str, int]) -> None:
+def test_engine_refuses_limits_that_could_never_admit_work(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         TrialEngine(**kwargs)
 

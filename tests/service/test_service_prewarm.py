@@ -17,7 +17,7 @@ from orchestrator import TrialConfig
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.prewarm import PrewarmError, PrewarmRow, prewarm
 from orchestrator.service.server import create_app
-from orchestrator.tasks.task import load_task
+from orchestrator.tasks.task import Task, load_task
 from tests.conftest import ensure_task_image
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello-oracle"
@@ -56,7 +56,8 @@ async def test_prewarm_builds_each_distinct_image_once_and_a_second_prewarm_buil
     a = make_task("pw-a", dockerfile=shared)
     b = make_task("pw-b", dockerfile=shared)  # same content as pw-a: the same image
     c = make_task("pw-c", dockerfile=unique_dockerfile())
-    tasks = [a, load_task(b), str(c)]  # paths, loaded tasks and strings are all accepted
+    # paths, loaded tasks and strings are all accepted
+    tasks: list[Task | str | Path] = [a, load_task(b), str(c)]
 
     reported: list[PrewarmRow] = []
     rows = await prewarm(tasks, base_image_map=config.base_image_map, on_done=reported.append)

@@ -602,13 +602,13 @@ async def test_a_long_poll_answers_when_the_status_changes_not_at_its_deadline(
         await accepted(client, "lp-1")
         assert (await status_of(client, "lp-1"))["status"] == "queued"
         started = time.monotonic()
-        polling = asyncio.ensure_future(
+        alias_poll = asyncio.ensure_future(
             client.get("/rollout/lp-1/status", params={"wait": 25})  # the alias polls too
         )
         await until_long_polls(engine, 1)
-        assert not polling.done()  # nothing changed yet: it waits
+        assert not alias_poll.done()  # nothing changed yet: it waits
         assert await cancelled(client, {"ids": ["lp-0"]}) == {"lp-0": "cancelled_running"}
-        moved = (await polling).json()
+        moved = (await alias_poll).json()
         assert moved["status"] != "queued"  # the slot freed: it started
         assert time.monotonic() - started < 20  # well before its deadline
 

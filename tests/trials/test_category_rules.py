@@ -55,6 +55,8 @@ DISK_FULL = Health(
     storage_exceeded=True,
 )  # fmt: skip
 DISK_SAYS = "the agent filled its disk: the sandbox wrote 55 MiB, the task allows storage_mb=50"
+TWO_PIDS_LEFT = Health(pids_current=PIDS - 2, pids_limit=PIDS)  # a fork loop's parents gave up
+THREE_PIDS_LEFT = Health(pids_current=PIDS - 3, pids_limit=PIDS)  # a command of ours can run
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,9 @@ RULES = [
     # -- the verifier could not start (`free_pids`, `explained`) ------------------------------
     Rule("verifier-setup/pids-freed", None, says=f"held every pid the sandbox allows ({PIDS} "
          f"of {PIDS}); they were killed from the host", after_agent=PIDS_TAKEN),
+    Rule("verifier-setup/two-pids-left-freed", None, says=f"({PIDS - 2} of {PIDS}); they were "
+         "killed from the host", after_agent=TWO_PIDS_LEFT),
+    Rule("verifier-setup/three-pids-left-untouched", None, after_agent=THREE_PIDS_LEFT),
     Rule("verifier-setup/engine-failed", "infra", "SandboxError", "verify", "injected fault",
          fails_on=RESET),
     Rule("verifier-setup/engine-failed-pids-taken", "agent", "AgentResourceError", "verify",
@@ -202,13 +207,25 @@ async def test_each_sandbox_failure_lands_where_the_category_rules_put_it(
     assert all(sandbox.destroyed for sandbox in backend.created)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in trials/faults.py after_agent: the engine's account is read once, as the "
-    "agent's exec returns; when the sandbox's death by OOM is logged a moment later (seen on "
-    "Docker: PID 1 OOM-killed, tests/faults/test_oom_agent.py), the trial warns that the OOM "
-    "did not end it and fails in the verify phase instead of the agent's",
-)
+async def test_an_agent_holding_every_pid_at_its_timeout_is_stopped_from_the_host_at_once(
+    tmp_path: Path,
+) -> None:
+    """The host's pid reading decides the stop before any command is tried in the sandbox:
+    with the default graces no probe or `kill` (which could not start) spends them."""
+    rule = next(rule for rule in RULES if rule.id == "agent-timeout/pids-taken")
+    task = write_task(tmp_path / "tasks", "rules", task_toml=rule.task_toml)
+    config = TrialConfig(jobs_dir=tmp_path / "jobs", backend={"type": "fake"})  # default limits
+    backend = backend_for(rule)
+
+    result = await run_trial(task, "command:solve", config=config, backend=backend)
+
+    assert (result.status, result.reward, result.agent.termination) == ("success", 1.0, "timeout")
+    assert "every process was killed from the host" in result.agent.detail
+    (sandbox,) = backend.created
+    tried = [command for command in sandbox.execs if command.startswith(("is_leader", "kill"))]
+    assert tried == [], tried
+
+
 async def test_a_sandbox_that_dies_of_oom_as_the_agent_s_exec_returns_fails_in_the_agent_phase(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from orchestrator.trials.verifier import run_line
 from tests.conftest import write_task
 
 
-async def made(backend: FakeBackend, tmp_path: Path, **task: str) -> FakeSandbox:
+async def made(backend: FakeBackend, tmp_path: Path, **task: Any) -> FakeSandbox:
     built = await backend.ensure_image(load_task(write_task(tmp_path, "t", **task)))
     sandbox = await backend.create_sandbox(
         SandboxSpec(image=built.tag, trial_id="t-1", job_id="j-1", owner="me")

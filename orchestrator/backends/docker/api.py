@@ -11,8 +11,9 @@ twice. Engine errors leave this module as `SandboxError`s, so callers never pars
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -100,3 +101,42 @@ async def call_once(what: str, fn: Callable[..., T], *args: object, **kwargs: ob
         return await loop.run_in_executor(_long, functools.partial(fn, *args, **kwargs))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise translate(exc, what) from exc
+
+
+# -- streams --------------------------------------------------------------------------------
+# An engine response left open keeps its container busy: the engine will not remove it (for
+# trialbox or an outside `docker rm -f`) until the connection goes. Every stream is opened by
+# these and closed when its `with` ends, however the reading stopped (issue 18 item 5).
+
+
+@contextlib.contextmanager
+def archive_chunks(container_id: str, path: str, chunk_size: int) -> Iterator[Iterator[bytes]]:
+    """The tar of `path` in the container, as chunks; its response is closed on leaving.
+
+    The request is `get_archive`'s own (docker-py 7), opened here because `get_archive`
+    hands back a generator whose response no caller can close."""
+    api = docker_client().api
+    response = api._get(
+        api._url("/containers/{0}/archive", container_id),
+        params={"path": path},
+        stream=True,
+        headers={"Accept-Encoding": "identity"},
+    )
+    try:
+        api._raise_for_status(response)
+        yield response.iter_content(chunk_size, False)
+    finally:
+        response.close()
+
+
+@contextlib.contextmanager
+def exec_output(exec_id: str) -> Iterator[Iterator[bytes]]:
+    """Start an exec and yield its output, stdout and stderr together; closed on leaving."""
+    stream = docker_client().api.exec_start(exec_id, stream=True)
+    try:
+        yield stream
+    finally:
+        try:
+            stream.close()
+        except docker.errors.DockerException:  # an SSH engine's channel: docker-py 7 cannot
+            stream._response.close()  # shut it down, so the response is closed instead

@@ -275,7 +275,7 @@ class ImageBuilder:
     @staticmethod
     def _outcome(plan: BuildPlan, status: str, started: float) -> ImageOutcome:
         return ImageOutcome(
-            tag=plan.tag, status=status, seconds=time.monotonic() - started,  # type: ignore[arg-type]
+            tag=plan.tag, status=status, seconds=time.monotonic() - started,
             runtime=plan.runtime, warnings=list(plan.warnings),
         )  # fmt: skip
 
@@ -338,7 +338,7 @@ class ImageBuilder:
         build = self.single_flight(plan.tag, lambda: self._build(plan, task_name))
         outcome = await asyncio.shield(build)
         if not joined:
-            return outcome  # type: ignore[return-value]
+            return outcome
         return self._outcome(plan, "cached", started)
 
 

@@ -49,8 +49,12 @@ def health_blocking(container_id: str, since: float, pids: bool) -> Health:
         counted = _pids_from_cgroup(state.get("Pid"), container_id)
         if counted is None:  # not local: the engine's stats (about a second)
             pid_stats = api.stats(container_id, stream=False).get("pids_stats") or {}
-            counted = (pid_stats.get("current"), pid_stats.get("limit"))
-        health.pids_current, health.pids_limit = counted
+            health.pids_current, health.pids_limit = (
+                pid_stats.get("current"),
+                pid_stats.get("limit"),
+            )
+        else:
+            health.pids_current, health.pids_limit = counted
     return health
 
 

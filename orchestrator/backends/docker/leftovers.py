@@ -1,7 +1,9 @@
 """Finding and removing leftover trial containers by their labels.
 
 Every container trialbox starts carries `trialbox.trial`, `trialbox.job` and
-`trialbox.owner`, so what a crashed orchestrator left behind can always be found again.
+`trialbox.owner`, so what a crashed orchestrator left behind can always be found again, and
+the process that made it and its jobs folder (`sandbox.creator`), so a later process can
+tell whether that maker is gone.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.common.errors import SandboxNotFoundError
 from orchestrator.sandbox import LABEL_JOB, LABEL_OWNER, LABEL_TRIAL, Leftover
+from orchestrator.sandbox.creator import LABEL_JOBS_DIR, Creator
 
 
 async def find_leftovers(*, owner: str | None = None, job: str | None = None) -> list[Leftover]:
@@ -29,6 +32,8 @@ async def find_leftovers(*, owner: str | None = None, job: str | None = None) ->
             job=c["Labels"].get(LABEL_JOB, ""),
             owner=c["Labels"].get(LABEL_OWNER, ""),
             state=c.get("State", ""),
+            jobs_dir=c["Labels"].get(LABEL_JOBS_DIR),
+            creator=Creator.from_labels(c["Labels"]),
         )
         for c in found
     ]

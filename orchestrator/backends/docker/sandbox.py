@@ -90,9 +90,10 @@ def docker_capabilities() -> Capabilities:
 
 def _healthcheck_of(config: Mapping[str, object] | None) -> Healthcheck | None:
     """The image's HEALTHCHECK as Docker stores it (durations in ns, 0 for the default)."""
-    if not config or not isinstance(config.get("Test"), list) or not config["Test"]:
+    probe = config.get("Test") if config else None
+    if not config or not isinstance(probe, list) or not probe:
         return None
-    test = [str(part) for part in config["Test"]]  # type: ignore[union-attr]
+    test = [str(part) for part in probe]
     if test[0] == "NONE" or len(test) < 2:
         return None
     command = test[1] if test[0] == "CMD-SHELL" else shlex.join(test[1:])
@@ -192,12 +193,13 @@ class DockerSandbox:
         )["Id"]
         kept = bytearray()
         truncated = False
-        for chunk in api.exec_start(exec_id, stream=True):
-            room = output_cap - len(kept)
-            if room > 0:
-                kept += chunk[:room]
-            if len(chunk) > max(room, 0):
-                truncated = True  # keep draining: the exec ends when its pipes close
+        with docker_api.exec_output(exec_id) as output:
+            for chunk in output:
+                room = output_cap - len(kept)
+                if room > 0:
+                    kept += chunk[:room]
+                if len(chunk) > max(room, 0):
+                    truncated = True  # keep draining: the exec ends when its pipes close
         return api.exec_inspect(exec_id).get("ExitCode"), bytes(kept), truncated
 
     async def exec(
@@ -260,20 +262,10 @@ class DockerSandbox:
 
     def _download_blocking(self, path: str, dest: Path, file_cap: int) -> list[str]:
         dest.mkdir(parents=True, exist_ok=True)
-        api = docker_api.docker_client().api
-        # The engine's response is opened here, not through get_archive, so that it is closed
-        # in every case: an extraction cut part-way (a full host disk) otherwise leaves the
-        # stream open and the engine keeps the container busy, so its removal blocks.
-        response = api._get(
-            api._url("/containers/{0}/archive", self.container_id),
-            params={"path": path},
-            stream=True,
-        )
-        try:
-            api._raise_for_status(response)
-            return extract_stream(response.iter_content(1 << 20, False), dest, file_cap=file_cap)
-        finally:
-            response.close()
+        # Closed however the extraction ends: one cut part-way (a full host disk) would
+        # otherwise keep the container busy, and its removal would block.
+        with docker_api.archive_chunks(self.container_id, path, 1 << 20) as chunks:
+            return extract_stream(chunks, dest, file_cap=file_cap)
 
     async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
         """Copy `path` from the container into the host folder `dest`, each file capped.
@@ -309,10 +301,15 @@ class DockerSandbox:
             health = Health(known=False)
         return health if self._disk is None else self._disk.mark(health)
 
+    async def pids_exhausted(self) -> bool:
+        """The container's pids cgroup, read on this host (instant). False with a remote
+        engine: its stats take a second, and its processes cannot be stopped from here."""
+        return engine_is_local() and (await self.health(pids=True)).pids_exhausted
+
     async def stop_all_from_host(self) -> bool:
         """Only for a sandbox whose pids are exhausted (nothing else can run a `kill`): any
         other failure to run a command is no reason to kill the agent's servers."""
-        if not (await self.health(pids=True)).pids_exhausted:
+        if not await self.pids_exhausted():
             return False
         try:
             return await docker_api.call(

@@ -173,6 +173,8 @@ class FakeBackend(Backend):
                 job=spec.job_id,
                 owner=spec.owner,
                 state="running",
+                jobs_dir=spec.jobs_dir,
+                creator=spec.creator,
             )
             for spec in spec_of
             if (owner is None or spec.owner == owner) and (job is None or spec.job_id == job)

@@ -211,11 +211,15 @@ class FakeSandbox:
             return scripted
         return scripted.model_copy(update={"pids_current": None, "pids_limit": None})
 
+    async def pids_exhausted(self) -> bool:
+        """The scripted health's pid count, as Docker's host-side reading."""
+        return (await self.health(pids=True)).pids_exhausted
+
     async def stop_all_from_host(self) -> bool:
         """Every process ends at once, as SIGKILL from the host would, and only PID 1 holds a
         pid then; only when the scripted health says the pids are exhausted, as Docker's does."""
         scripted = self.engine_health
-        if scripted is None or not (await self.health(pids=True)).pids_exhausted:
+        if scripted is None or not await self.pids_exhausted():
             return False
         self.processes.end_all()
         self.engine_health = scripted.model_copy(update={"pids_current": 1})
