@@ -54,6 +54,7 @@ DISK_FULL = Health(
     running=False, stopped_outside=True, storage_used_mb=55, storage_limit_mb=50,
     storage_exceeded=True,
 )  # fmt: skip
+DISK_FULL_SILENT = DISK_FULL.model_copy(update={"known": False})  # killed; the engine mute
 DISK_SAYS = "the agent filled its disk: the sandbox wrote 55 MiB, the task allows storage_mb=50"
 TWO_PIDS_LEFT = Health(pids_current=PIDS - 2, pids_limit=PIDS)  # a fork loop's parents gave up
 THREE_PIDS_LEFT = Health(pids_current=PIDS - 3, pids_limit=PIDS)  # a command of ours can run
@@ -117,6 +118,8 @@ RULES = [
          after_agent=OOM_RUNNING, agent_exit=137),
     Rule("agent-ended/disk-full", "agent", "AgentResourceError", "agent", DISK_SAYS,
          after_agent=DISK_FULL, agent_exit=137),
+    Rule("agent-ended/disk-full-engine-silent", "agent", "AgentResourceError", "agent",
+         DISK_SAYS, after_agent=DISK_FULL_SILENT, agent_exit=137),
     Rule("agent-ended/died-inside", "agent", "AgentResourceError", "agent", "from inside",
          after_agent=DIED_INSIDE, agent_exit=137),
     Rule("agent-ended/not-running", "infra", "SandboxLostError", "agent",
@@ -200,7 +203,7 @@ async def test_each_sandbox_failure_lands_where_the_category_rules_put_it(
         assert got == (rule.category, rule.error_type, rule.phase), result.error
         assert rule.says in result.error.message, result.error.message
         assert written["error"]["discardable"] is (rule.category == "infra")
-        if rule.engine is DISK_FULL or DISK_FULL in (rule.after_agent, rule.after_verifier):
+        if DISK_SAYS in rule.says:
             assert [w for w in result.warnings if DISK_SAYS in w], result.warnings
     if rule.ended is not None:
         assert result.agent.termination == rule.ended, result.agent
