@@ -44,9 +44,14 @@ class TaskBuildError(ImageBuildError):
 
 
 class AgentResourceError(TrialboxError):
-    """The agent exhausted its sandbox (memory, pids) or stopped it: the sample counts."""
+    """The agent exhausted its sandbox (memory, pids, disk) or stopped it: the sample counts.
+    `warnings` go to the result's warnings with it (the disk's size and limit)."""
 
     category: ClassVar[ErrorCategory] = "agent"
+
+    def __init__(self, message: str, *, warnings: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.warnings = warnings
 
 
 class SandboxLostError(TrialboxError):

@@ -49,6 +49,13 @@ class Limits(BaseModel):
     )
     collect_sec: float = Field(300.0, gt=0, description="Copying /logs back to the host.")
     teardown_sec: float = Field(60.0, gt=0, description="Removing the sandbox.")
+    # A sandbox's disk.
+    storage_max_mb: int | None = Field(
+        None,
+        gt=0,
+        description="The most disk any sandbox may write (MiB): a task's storage_mb above it "
+        "is clipped, with a warning. None: the task's own (Harbor's 10240 when it says none).",
+    )
     # A sandbox's life.
     create_settle_sec: float = Field(
         60.0, gt=0, description="After a failed or cancelled create: wait for it to settle."

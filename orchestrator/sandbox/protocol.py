@@ -82,6 +82,13 @@ class Health(BaseModel):
     )
     pids_current: int | None = None
     pids_limit: int | None = None
+    storage_used_mb: int | None = Field(
+        None, description="What the sandbox wrote to disk, as last measured (MiB)."
+    )
+    storage_limit_mb: int | None = Field(None, description="The task's storage_mb it is held to.")
+    storage_exceeded: bool = Field(
+        False, description="It wrote up to its storage_mb and was stopped for it."
+    )
 
     @property
     def pids_exhausted(self) -> bool:

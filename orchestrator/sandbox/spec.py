@@ -40,6 +40,9 @@ class SandboxSpec(BaseModel):
     cpus: float = 1.0
     memory_mb: int = 2048
     pids_limit: int = 1024
+    storage_mb: int | None = Field(
+        None, description="Disk the sandbox may write (MiB), held by the backend; None: unheld."
+    )
     network_mode: str = "none"
     gpus: int = 0
     mounts: tuple[Mount, ...] = ()

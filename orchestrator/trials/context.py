@@ -28,6 +28,7 @@ class TrialContext(BaseModel):
     network_mode: str
     cpus: float
     memory_mb: int
+    storage_mb: int = Field(10240, description="Disk the sandbox may write, in MiB.")
     workdir: str | None = Field(description="None: the image's WORKDIR.")
     env: dict[str, str] = Field(description="[environment.env], for every process.")
     solution_env: dict[str, str] = Field(description="[solution.env], for the oracle.")
@@ -74,6 +75,16 @@ def _fit(
     return offered, f"{where} = {asked:g}{unit} clipped to the host's {offered:g}{unit}"
 
 
+def _storage(task: Task, most: int | None) -> tuple[int, str | None]:
+    """The task's storage_mb (Harbor's 10240 when it says none), clipped to the framework's
+    `Limits.storage_max_mb` with a warning: no sandbox writes more than that to the host."""
+    asked = task.config.environment.storage_mb
+    if most is None or asked <= most:
+        return asked, None
+    where = f"{task.path / 'task.toml'}: environment.storage_mb"
+    return most, f"{where} = {asked} MiB clipped to Limits.storage_max_mb = {most} MiB"
+
+
 def _healthcheck(section: BaseModel) -> Healthcheck:
     """The task's [environment.healthcheck] as the sandbox layer's model."""
     return Healthcheck.model_validate(section.model_dump(include=set(Healthcheck.model_fields)))
@@ -106,6 +117,8 @@ def plan_context(
         config.clip_resources, " MiB",
     )  # fmt: skip
     warnings += [note] if note else []
+    storage, note = _storage(task, config.limits.storage_max_mb)
+    warnings += [note] if note else []
     env, host = _resolved(task, env_section.env, "environment.env", environ)
     solution_env: dict[str, str] = {}
     if with_solution:
@@ -118,6 +131,7 @@ def plan_context(
         network_mode=mode,
         cpus=cpus,
         memory_mb=int(memory),
+        storage_mb=storage,
         workdir=env_section.workdir,
         env=env,
         solution_env=solution_env,

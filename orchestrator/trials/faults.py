@@ -29,9 +29,23 @@ def oom_note(health: Health, memory_mb: int) -> str | None:
     )
 
 
+def storage_note(health: Health) -> str:
+    """What a sandbox stopped at its disk limit wrote, and the limit (storage_mb)."""
+    return (
+        f"the agent filled its disk: the sandbox wrote {health.storage_used_mb} MiB, the task "
+        f"allows storage_mb={health.storage_limit_mb}; the sandbox was stopped there, so the "
+        "host's disk was not filled"
+    )
+
+
 def classify(health: Health, *, what: str, memory_mb: int) -> TrialboxError | None:
     """The true cause of `what` failing, or None when the engine's account explains nothing
-    (the original error then stands)."""
+    (the original error then stands). A sandbox stopped at its disk limit comes first: the
+    backend killed it for that (the agent's doing, as its leftovers' are while the verifier
+    runs), whatever the engine says since."""
+    if health.storage_exceeded:
+        note = storage_note(health)
+        return AgentResourceError(f"{what}: {note}", warnings=(note,))
     if not health.known:
         return SandboxLostError(f"{what}: the engine did not answer about the sandbox")
     if health.stopped_outside or not health.exists:  # whatever the agent did before
@@ -63,7 +77,7 @@ async def after_agent(sandbox: Sandbox, exit_code: int | None, *, memory_mb: int
     """After an agent that ended by itself: the sandbox must still be there to verify it
     (else the cause is raised); memory kills that did not end it are a note (returned)."""
     health = await sandbox.health()
-    if not health.known:
+    if not health.known and not health.storage_exceeded:
         return None  # no answer now: the verifier will find out, and say
     killed = exit_code is None or exit_code >= 128
     deadline = asyncio.get_running_loop().time() + OOM_SETTLE_SEC

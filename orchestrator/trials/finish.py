@@ -24,6 +24,7 @@ from typing import Any
 import aiofiles
 
 from orchestrator.common.errors import (
+    AgentResourceError,
     ModelUnavailableError,
     RewardFileError,
     TrialboxError,
@@ -94,6 +95,8 @@ class TrialFinish:
             message=self.scrubber.text(str(exc)),
             discardable=category == "infra",
         )
+        if isinstance(exc, AgentResourceError):
+            self.result.warnings.extend(self.scrubber.text(note) for note in exc.warnings)
 
     # -- the steps ----------------------------------------------------------------------------
 

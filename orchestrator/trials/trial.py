@@ -160,7 +160,7 @@ class Trial(TrialFinish):
         spec = SandboxSpec(
             image=built.tag, trial_id=self.trial_id, job_id=self.job_id, owner=self.config.owner,
             cpus=context.cpus, memory_mb=context.memory_mb,
-            pids_limit=self.task.config.environment.pids_limit,
+            pids_limit=self.task.config.environment.pids_limit, storage_mb=context.storage_mb,
             network_mode=context.network_mode, env=context.env, workdir=context.workdir,
             mounts=await self._open_model_link(),
             jobs_dir=str(self.trial_dir.parents[1]),  # <jobs_dir>/<job_id>/<trial_id>

@@ -49,6 +49,13 @@ OOM_THEN_KILLED = Health(oom_kills=1, running=False, stopped_outside=True)
 DIED_INSIDE = Health(running=False, died_inside=True)
 NOT_RUNNING = Health(running=False)  # stopped, and the engine says by nobody's hand
 PIDS_TAKEN = Health(pids_current=PIDS, pids_limit=PIDS)
+# Stopped at its disk limit: the backend had the engine kill it (backends/docker/storage.py).
+DISK_FULL = Health(
+    running=False, stopped_outside=True, storage_used_mb=55, storage_limit_mb=50,
+    storage_exceeded=True,
+)  # fmt: skip
+DISK_FULL_SILENT = DISK_FULL.model_copy(update={"known": False})  # killed; the engine mute
+DISK_SAYS = "the agent filled its disk: the sandbox wrote 55 MiB, the task allows storage_mb=50"
 TWO_PIDS_LEFT = Health(pids_current=PIDS - 2, pids_limit=PIDS)  # a fork loop's parents gave up
 THREE_PIDS_LEFT = Health(pids_current=PIDS - 3, pids_limit=PIDS)  # a command of ours can run
 
@@ -92,6 +99,8 @@ RULES = [
          engine=OOM_DIED, fails_on=SCOPE_MARKER),
     Rule("relay-lost/oom-but-running", "infra", "AgentInfraError", "agent", "sandbox was lost",
          engine=OOM_RUNNING, fails_on=SCOPE_MARKER),
+    Rule("relay-lost/disk-full", "agent", "AgentResourceError", "agent", DISK_SAYS,
+         engine=DISK_FULL, fails_on=SCOPE_MARKER),
     Rule("relay-lost/died-inside", "agent", "AgentResourceError", "agent", "from inside",
          engine=DIED_INSIDE, fails_on=SCOPE_MARKER),
     # -- the agent ended by itself (`after_agent`, `raise_if_going`) --------------------------
@@ -107,6 +116,10 @@ RULES = [
          after_agent=OOM_DIED, agent_exit=137),
     Rule("agent-ended/oom-but-running", None, says="the kernel's OOM killer acted (3 event(s)",
          after_agent=OOM_RUNNING, agent_exit=137),
+    Rule("agent-ended/disk-full", "agent", "AgentResourceError", "agent", DISK_SAYS,
+         after_agent=DISK_FULL, agent_exit=137),
+    Rule("agent-ended/disk-full-engine-silent", "agent", "AgentResourceError", "agent",
+         DISK_SAYS, after_agent=DISK_FULL_SILENT, agent_exit=137),
     Rule("agent-ended/died-inside", "agent", "AgentResourceError", "agent", "from inside",
          after_agent=DIED_INSIDE, agent_exit=137),
     Rule("agent-ended/not-running", "infra", "SandboxLostError", "agent",
@@ -131,6 +144,9 @@ RULES = [
          "from outside", after_verifier=KILLED, verifier_exit=137),
     Rule("verifier-killed/oom-stopped", "agent", "AgentResourceError", "verify",
          "out of memory", after_verifier=OOM_STOPPED, verifier_exit=137),
+    # The agent's leftovers share the sandbox with test.sh: the disk is theirs, as the pids are.
+    Rule("verifier-killed/disk-full", "agent", "AgentResourceError", "verify", DISK_SAYS,
+         after_verifier=DISK_FULL, verifier_exit=137),
     Rule("verifier-killed/died-inside", "agent", "AgentResourceError", "verify", "from inside",
          after_verifier=DIED_INSIDE, verifier_exit=137),
     Rule("verifier-killed/not-running", "infra", "SandboxLostError", "verify",
@@ -187,6 +203,8 @@ async def test_each_sandbox_failure_lands_where_the_category_rules_put_it(
         assert got == (rule.category, rule.error_type, rule.phase), result.error
         assert rule.says in result.error.message, result.error.message
         assert written["error"]["discardable"] is (rule.category == "infra")
+        if DISK_SAYS in rule.says:
+            assert [w for w in result.warnings if DISK_SAYS in w], result.warnings
     if rule.ended is not None:
         assert result.agent.termination == rule.ended, result.agent
     assert all(sandbox.destroyed for sandbox in backend.created)

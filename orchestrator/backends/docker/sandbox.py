@@ -13,9 +13,10 @@ import asyncio
 import functools
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 
+from docker.models.containers import Container
 from docker.types import Mount as DockerMount
 
 from orchestrator.backends.docker import api as docker_api
@@ -25,6 +26,7 @@ from orchestrator.backends.docker.inspection import (
     health_blocking,
     stop_all_from_host_blocking,
 )
+from orchestrator.backends.docker.storage import DiskWatch, create_sized
 from orchestrator.common.archive import extract_stream, tar_of_files
 from orchestrator.common.errors import (
     SandboxConflictError,
@@ -118,6 +120,7 @@ class DockerSandbox:
         self.limits = limits or Limits()
         self.created_at = time.time()
         self._destroy = RunOnce(self._remove, self.limits.destroy_settle_sec)
+        self._disk: DiskWatch | None = None  # storage.py: holds it to spec.storage_mb
 
     @property
     def name(self) -> str:
@@ -136,8 +139,9 @@ class DockerSandbox:
         found and removed by that name.
         """
         client = docker_api.docker_client()
-        creating = asyncio.ensure_future(
-            docker_api.call(
+
+        def create(extra: Mapping[str, object]) -> Awaitable[Container]:
+            return docker_api.call(
                 f"create a container from {spec.image}",
                 client.containers.create,
                 spec.image,
@@ -156,12 +160,16 @@ class DockerSandbox:
                     DockerMount(m.target, m.source, type="bind", read_only=m.read_only)
                     for m in spec.mounts
                 ],
+                **extra,
             )
-        )
+
+        creating = asyncio.ensure_future(create_sized(spec.storage_mb, create))
         try:
-            container = await asyncio.shield(creating)
+            container, enforced = await asyncio.shield(creating)
             sandbox = cls(container.id, spec, limits)
             await docker_api.call(f"start container {container.short_id}", container.start)
+            if spec.storage_mb is not None:
+                sandbox._disk = DiskWatch(container.id, spec.storage_mb, enforced=enforced).start()
         except SandboxConflictError:
             raise  # the name belongs to another container: not ours to remove
         except BaseException:
@@ -285,12 +293,13 @@ class DockerSandbox:
     async def health(self, *, pids: bool = False) -> Health:
         """The engine's account (events, state, and with `pids` the pid count): no exec."""
         try:
-            return await docker_api.call(
+            health = await docker_api.call(
                 f"inspect container {self.container_id[:12]}",
                 health_blocking, self.container_id, self.created_at, pids,
             )  # fmt: skip
         except SandboxError:
-            return Health(known=False)
+            health = Health(known=False)
+        return health if self._disk is None else self._disk.mark(health)
 
     async def pids_exhausted(self) -> bool:
         """The container's pids cgroup, read on this host (instant). False with a remote
@@ -313,6 +322,8 @@ class DockerSandbox:
     # -- teardown -----------------------------------------------------------------------------
 
     async def _remove(self) -> None:
+        if self._disk is not None:
+            self._disk.stop()
         api = docker_api.docker_client().api
         try:
             await docker_api.call(
