@@ -175,6 +175,13 @@ def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="clip a task's cpus and memory to the host's, with a warning, instead of refusing",
     )
+    parser.add_argument(
+        "--stop-leftovers",
+        action="store_true",
+        help="kill every process the agent left running before each verifier, as a task's "
+        "[verifier] stop_leftovers does: none can write the reward, and a service the agent "
+        "was asked to leave running is gone too",
+    )
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -263,6 +270,7 @@ def config_of(args: Any) -> TrialConfig:
         no_internet=getattr(args, "no_internet", False),
         force_build=getattr(args, "force_build", False),
         clip_resources=getattr(args, "clip_resources", False),
+        stop_leftovers=getattr(args, "stop_leftovers", False),
     )
     config.base_image_map.update(parse_image_map(args.base_image))
     return config

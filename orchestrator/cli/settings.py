@@ -76,6 +76,7 @@ class RunOptions(BaseModel):
     no_internet: bool = False
     force_build: bool = False
     clip_resources: bool = False
+    stop_leftovers: bool = False
     label: Any = None
     labels: Path | None = None
     json_output: bool = False

@@ -94,8 +94,10 @@ fix {paths.LOGS_DIR} drwxr-xr-x 0755
 fix {paths.AGENT_DIR} drwxrwxrwx 0777
 fix {paths.ARTIFACTS_DIR} drwxrwxrwx 0777
 fix /opt/trialbox drwxr-xr-x 0755 optional
-odd {paths.VERIFIER_DIR}
-odd {paths.TESTS_DIR}
+odd {paths.VERIFIER_DIR} || {{ set -- $(ls -A {paths.VERIFIER_DIR} 2>/dev/null)
+  [ $# -eq 0 ] || found "{paths.VERIFIER_DIR} was not empty ($# entries: $*)"; }}
+odd {paths.TESTS_DIR} || {{ [ -d {paths.TESTS_DIR} ] && found "{paths.TESTS_DIR} was there \
+before the verifier's upload: $(ls -ldn {paths.TESTS_DIR})"; }}
 rm -rf {paths.VERIFIER_DIR} {paths.TESTS_DIR} && mkdir {paths.VERIFIER_DIR} \
   && chmod 0755 {paths.VERIFIER_DIR}
 """  # fmt: skip
@@ -161,7 +163,8 @@ def _findings(output: str) -> list[str]:
         if line.startswith(FOUND):
             notes.append(
                 f"before the verifier: {line.removeprefix(FOUND).strip()}; trialbox put it "
-                "back as a real folder of root's (what was there is the agent's doing)"
+                "back as the verifier expects it (a real folder of root's, empty where the "
+                "verifier writes; what was there is the agent's doing, or the image's)"
             )
         elif line.startswith(STOPPED) and line.removeprefix(STOPPED).strip() not in ("", "0"):
             notes.append(
@@ -177,7 +180,8 @@ async def _prepare(sandbox: Sandbox, setup: VerifierSetup, limits: Limits) -> li
     done = await sandbox.exec(script, timeout_sec=limits.verifier_setup_sec, user="root")
     if done.exit_code != 0:
         raise VerifierSetupError(
-            f"could not prepare {paths.LOGS_DIR} and empty {paths.VERIFIER_DIR}: {done.output}"
+            f"could not prepare {paths.LOGS_DIR} and empty {paths.VERIFIER_DIR} (the root "
+            f"exec exited {done.exit_code}): {done.output.strip() or 'no output'}"
         )
     return _findings(done.output)
 

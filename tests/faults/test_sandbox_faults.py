@@ -17,7 +17,6 @@ import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.sandbox import sandbox_name
-from orchestrator.trials.rewards import SNAPSHOT_CAP
 from tests.conftest import BASE_IMAGE, DEFAULT_DOCKERFILE, OFFICIAL_IMAGE, REPO_ROOT, MakeTask
 
 pytestmark = pytest.mark.docker
@@ -190,25 +189,29 @@ async def test_a_failing_dockerfile_step_is_validation_with_its_whole_build_log_
 async def test_files_cut_at_the_cap_are_warned_about_and_a_cut_reward_says_so(
     config: TrialConfig, make_task: MakeTask
 ) -> None:
-    huge_reward = (
-        '#!/bin/sh\nprintf \'{"reward": 1, "pad": "\' > /logs/verifier/reward.json\n'
-        "head -c 70000 /dev/zero | tr '\\0' x >> /logs/verifier/reward.json\n"
-        "printf '\"}' >> /logs/verifier/reward.json\n"
+    """A reward.json past the collection cap: scored from the verifier's snapshot, which holds
+    it whole (the cut copy is only a warning); where no snapshot could be printed (here the
+    agent removed `od`), the collected copy is scored and its cut says so."""
+    padded_reward = (
+        '#!/bin/sh\nprintf \'{"reward": 1, "pad": 0\' > /logs/verifier/reward.json\n'
+        "head -c 5000 /dev/zero | tr '\\0' ' ' >> /logs/verifier/reward.json\n"
+        "printf '}' >> /logs/verifier/reward.json\n"
     )
-    task = make_task(test_sh=huge_reward)
+    task = make_task(test_sh=padded_reward)
     capped = config.model_copy(update={"limits": Limits(log_file_cap_bytes=1024)})
     agent = "command:head -c 3000 /dev/zero | tr '\\0' y"
-    result = await run_trial(task, agent, config=capped)
+    whole = await run_trial(task, agent, config=capped)
     assert "logs/agent/stdout.txt was cut at 1024 bytes (Limits.log_file_cap_bytes)" in (
-        result.warnings
+        whole.warnings
     )
+    assert whole.error is None, whole.error
+    assert whole.rewards == {"reward": 1.0, "pad": 0.0}
+    assert any("logs/verifier/reward.json was cut" in w for w in whole.warnings), whole.warnings
+
+    result = await run_trial(task, f"{agent}; rm -f /usr/bin/od", config=capped)
     assert result.error is not None
     assert (result.error.category, result.error.type) == ("validation", "RewardFileError")
-    # Scored from the snapshot the verifier's exec printed (at most SNAPSHOT_CAP bytes a file),
-    # not from the collected copy, which the log cap cut.
-    assert result.error.message.startswith(
-        f"/logs/verifier/reward.json: larger than {SNAPSHOT_CAP} bytes"
-    ), result.error.message
+    assert result.error.message.startswith("/logs/verifier/reward.json: cut at the collection cap")
 
 
 def test_trialbox_run_exits_1_for_a_task_whose_dockerfile_step_fails(

@@ -121,6 +121,19 @@ def test_the_trial_config_switches_come_from_flags_and_files(tmp_path: Path) -> 
     assert config_of(load_settings({}, None, {})).force_build is False
 
 
+def test_stop_leftovers_comes_from_the_flag_a_variable_or_a_job_file(tmp_path: Path) -> None:
+    assert config_of(load_settings(given("--stop-leftovers"), None, {})).stop_leftovers is True
+    env = {"TRIALBOX_STOP_LEFTOVERS": "true"}
+    assert config_of(load_settings({}, None, env)).stop_leftovers is True
+    job = tmp_path / "job.toml"
+    job.write_text("stop_leftovers = true\n")
+    assert config_of(load_settings({}, job, {})).stop_leftovers is True
+    assert config_of(load_settings({}, None, {})).stop_leftovers is False
+    serve = build_parser().parse_args(["serve", "--stop-leftovers"])
+    assert config_of(serve).stop_leftovers is True
+    assert config_of(build_parser().parse_args(["serve"])).stop_leftovers is False
+
+
 def test_paths_in_a_job_file_are_relative_to_the_file(tmp_path: Path) -> None:
     (tmp_path / "conf").mkdir()
     job = tmp_path / "conf" / "job.toml"

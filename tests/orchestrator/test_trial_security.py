@@ -191,8 +191,10 @@ async def test_lingering_non_root_process_cannot_forge_the_reward(
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="gap: a process the agent leaves running rewrites /logs/verifier/reward.json after "
-    "the verifier dir is emptied, and reward.json wins over the verifier's reward.txt",
+    reason="limit of the shared sandbox: a root agent's leftover writes reward.json while "
+    "tests/test.sh runs (the snapshot at its exit has it, and reward.json wins); only the "
+    "opt-in stop (--stop-leftovers, [verifier] stop_leftovers: "
+    "tests/faults/test_verifier_integrity.py) or a separate verifier prevents it",
 )
 async def test_lingering_process_cannot_forge_the_reward(config: TrialConfig, make_task) -> None:
     # The verifier gives the forger its chance for sure: it waits (bounded) for a
@@ -211,4 +213,31 @@ async def test_lingering_process_cannot_forge_the_reward(config: TrialConfig, ma
     )
     result = await run_trial(task, forger, config=config)
 
+    assert result.reward == 0.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="limit of the shared sandbox: a root agent's leftover swaps reward.txt for a "
+    "symlink while tests/test.sh runs, so the reward is 'not a regular file' (validation, "
+    "unscored) instead of the 0 the agent earned; the opt-in stop prevents it",
+)
+async def test_lingering_process_cannot_dodge_the_reward(config: TrialConfig, make_task) -> None:
+    task = make_task(
+        "dodge-as-root",
+        test_sh=(
+            "#!/bin/sh\n"  # waits (at most 20 s) for the symlink: -e is false on a dangling one
+            f"{WAIT_FOR.replace('[ ! -e', '[ ! -L') % '/logs/verifier/reward.txt'}"
+            "echo 0 > /logs/verifier/reward.txt\n"
+        ),
+    )
+    dodger = (
+        "command:nohup sh -c 'i=0; while [ $i -lt 1000 ]; do "
+        "ln -sfn /tmp/elsewhere /logs/verifier/reward.txt 2>/dev/null; sleep 0.01; "
+        "i=$((i + 1)); done' >/dev/null 2>&1 &"
+    )
+    result = await run_trial(task, dodger, config=config)
+
+    assert result.error is None, result.error
     assert result.reward == 0.0
