@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.cluster import add_ray_options, on_cluster, ray_config
 from orchestrator.cli.common import (
@@ -35,6 +36,7 @@ from orchestrator.cli.common import (
     tasks_of,
 )
 from orchestrator.cli.labels import label_value, read_labels
+from orchestrator.cli.model_check import MODEL_CHECK_TIMEOUT_SEC, check_model
 from orchestrator.cli.settings import (
     RunOptions,
     RunSettings,
@@ -126,6 +128,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--json", action="store_true", help="print the job result as JSON")
     add_model_options(run)
+    run.add_argument(
+        "--no-model-check",
+        action="store_true",
+        help="do not check before the job that the model answers (one GET <--model-url>/models "
+        f"within {MODEL_CHECK_TIMEOUT_SEC:g} s; any answer below 500 passes)",
+    )
     job = run.add_argument_group("job file and resume")
     job.add_argument(
         "-c", "--config", type=Path, metavar="FILE", help="a job file (.toml/.yaml/.yml/.json)"
@@ -188,7 +196,9 @@ def _new_job(settings: RunSettings) -> _Job:
     agent = parse_agent(settings.agent_spec())
     for task in tasks:  # a ${VAR} the host does not set: said once, before any container
         task.check_env_vars(include_solution=agent.runs_solution)
-    config = on_cluster(config_of(settings), settings)
+    config = config_of(settings)
+    check_model(agent, config.model, probe=not settings.no_model_check)
+    config = on_cluster(config, settings)
     jobs_dir = config.jobs_dir.resolve()
     if settings.job_name is None:
         job_id = fresh_job_id(jobs_dir)
@@ -249,12 +259,13 @@ def _resumed_job(job_dir: Path, given: dict[str, Any], args: argparse.Namespace)
 def _summary_table(job: JobRecord) -> Table:
     table = Table(title=f"job {job.job_id}")
     for column in ("trial", "status", "reward", "agent", "error", "seconds"):
-        table.add_column(column)
+        # Nothing is cut (no ellipsis): a long reason or id wraps, words broken where needed.
+        table.add_column(column, overflow="fold")
     for trial in job.trials:
         agent: str = trial.agent.termination or "-"
         if trial.agent.exit_code is not None:
             agent += f" ({trial.agent.exit_code})"
-        error = f"{trial.error.category}: {trial.error.message[:80]}" if trial.error else ""
+        error = Text(f"{trial.error.category}: {trial.error.message}" if trial.error else "")
         reward = "-" if trial.reward is None else f"{trial.reward:g}"
         style = {"success": "green", "failure": "red"}.get(trial.status, "yellow")
         table.add_row(

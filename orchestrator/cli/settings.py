@@ -90,6 +90,7 @@ class RunOptions(BaseModel):
     max_model_calls: int | None = None
     max_model_tokens: int | None = None
     token_ids: bool = False
+    no_model_check: bool = False
 
     @field_validator("task_id", "exclude_task", "base_image", mode="before")
     @classmethod

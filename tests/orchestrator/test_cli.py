@@ -70,7 +70,7 @@ def test_help_documents_every_option() -> None:
         "run": ["--agent", "--n-concurrent", "--attempts", "--jobs-dir", "--keep-containers",
                 "--base-image", "--task-id", "--label", "--json", "--max-retries", "--resume",
                 "--config", "--job-name", "--exclude-task", "--labels", "--no-internet",
-                "--force-build", "--clip-resources", "--backend",
+                "--force-build", "--clip-resources", "--backend", "--no-model-check",
                 "command line > TRIALBOX_<OPTION> environment variables"],
         "prewarm": ["--base-image", "--max-parallel", "--task-id"],
         "serve": ["--task", "--tasks-dir", "--host", "--port", "--agent", "--allow-agent",

@@ -28,9 +28,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+import yaml
 from aiohttp import web
 
 HOST = "127.0.0.1"
@@ -174,22 +176,110 @@ def as_policy(policy: PolicyLike) -> PolicyFn:
     return lambda _body, index: replies[min(index, len(replies) - 1)]
 
 
-def shell_solver(commands: Sequence[str], final: str) -> PolicyFn:
-    """A policy that runs each command through a `bash` tool, then answers `final`.
+def assistant_turn(body: dict[str, Any]) -> int:
+    """How many assistant messages the request's conversation already holds: 0 for its first
+    model call. Read from the messages, so every conversation counts on its own."""
+    messages = body.get("messages") or []
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
 
-    The step is read from the conversation (how many assistant turns it already holds), not
-    from the request index, so one stand-in can drive many trials at once.
-    """
-    steps = list(commands)
+
+def by_turn(replies: Sequence[Reply], then: Reply) -> PolicyFn:
+    """A policy answering reply N to a conversation's N-th model call (`assistant_turn`), and
+    `then` once the list is used up, so one stand-in drives many conversations at once."""
+    steps = list(replies)
 
     def policy(body: dict[str, Any], _index: int) -> Reply:
-        messages = body.get("messages") or []
-        step = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
-        if step < len(steps):
-            return Reply(tool_calls=[("bash", json.dumps({"command": steps[step]}))])
-        return Reply(content=final)
+        turn = assistant_turn(body)
+        return steps[turn] if turn < len(steps) else then
 
     return policy
+
+
+def shell_solver(commands: Sequence[str], final: str) -> PolicyFn:
+    """A policy that runs each command through a `bash` tool, then answers `final`."""
+    calls = [Reply(tool_calls=[("bash", json.dumps({"command": c}))]) for c in commands]
+    return by_turn(calls, Reply(content=final))
+
+
+# --- scripts (a file of answers) ----------------------------------------------------------
+
+
+class ScriptError(ValueError):
+    """A script file that cannot be played; the message names the file and the entry."""
+
+
+def _script_call(call: Any, where: str) -> tuple[str, str]:
+    """One tool call of a script entry: `{name, arguments}` or the API's
+    `{type: function, function: {name, arguments}}`; arguments an object or its JSON text."""
+    if not isinstance(call, dict):
+        raise ScriptError(f"{where}: a tool call is an object with name and arguments")
+    function = call.get("function", call)
+    if not isinstance(function, dict):
+        raise ScriptError(f"{where}: function must be an object with name and arguments")
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise ScriptError(f"{where}: name: a non-empty string is required (e.g. bash)")
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError as exc:
+            raise ScriptError(f"{where}: arguments: not JSON ({exc})") from None
+    if not isinstance(arguments, dict):
+        raise ScriptError(f"{where}: arguments: an object is required, e.g. {{command: ls}}")
+    return name, json.dumps(arguments)
+
+
+def _script_reply(entry: Any, where: str) -> Reply:
+    if isinstance(entry, str):
+        return Reply(content=entry)
+    if not isinstance(entry, dict):
+        raise ScriptError(
+            f"{where}: a text reply (a string) or an assistant message (an object with "
+            f"content and/or tool_calls) is required, not {type(entry).__name__}"
+        )
+    unknown = sorted(set(entry) - {"role", "content", "tool_calls"})
+    if unknown:
+        raise ScriptError(f"{where}: unknown key(s) {unknown}; use content and tool_calls")
+    if entry.get("role", "assistant") != "assistant":
+        raise ScriptError(f"{where}: role: only assistant messages can be scripted")
+    content = entry.get("content")
+    if content is not None and not isinstance(content, str):
+        raise ScriptError(f"{where}: content: a string is required")
+    calls = entry.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise ScriptError(f"{where}: tool_calls: a list is required")
+    if content is None and not calls:
+        raise ScriptError(f"{where}: an answer needs content or tool_calls")
+    tool_calls = [_script_call(c, f"{where}, tool call {i}") for i, c in enumerate(calls, 1)]
+    return Reply(content=content, tool_calls=tool_calls)
+
+
+def load_script(path: Path) -> list[Reply]:
+    """The answers of a script file (JSON or YAML: a list of text replies or assistant
+    messages), checked whole before serving so a mistake is named by file and entry index."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScriptError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:  # JSON is YAML, but JSON's own parser says where a JSON file breaks
+        data = json.loads(raw) if path.suffix == ".json" else yaml.safe_load(raw)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ScriptError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}") from None
+    if not isinstance(data, list) or not data:
+        raise ScriptError(f"{path}: a non-empty list of answers is required")
+    return [_script_reply(entry, f"{path}: entry {i}") for i, entry in enumerate(data, 1)]
+
+
+def script_policy(path: Path) -> PolicyFn:
+    """The script's answers by turn; past its end a text reply that says so (no tool call,
+    so a tool-calling agent stops there)."""
+    replies = load_script(path)
+    exhausted = Reply(
+        content=f"[stand-in: script exhausted: {path} has {len(replies)} answer(s) and this "
+        "conversation asked for one more]"
+    )
+    return by_turn(replies, exhausted)
 
 
 def completion_pieces(reply: Reply) -> list[str]:
@@ -623,13 +713,8 @@ class StandInThread:
 # --- as a process -------------------------------------------------------------------------
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    reply = Reply(
-        content=args.content,
-        delay_sec=args.delay_ms / 1000,
-        chunk_delay_sec=args.chunk_delay_ms / 1000,
-    )
-    server = StandIn(reply, model=args.model, port=args.port)
+async def _serve(args: argparse.Namespace, policy: PolicyLike) -> None:
+    server = StandIn(policy, model=args.model, port=args.port)
     await server.start()
     print(server.base_url, flush=True)
     done = asyncio.Event()
@@ -643,14 +728,36 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Serve one fixed reply until SIGINT/SIGTERM; the base URL is the first stdout line."""
+    """Serve one fixed reply, or a script's answers, until SIGINT/SIGTERM; the base URL is
+    the first stdout line. A script that cannot be played exits 1 before serving, saying
+    where it is wrong."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--delay-ms", type=float, default=0.0, help="before each answer")
     parser.add_argument("--chunk-delay-ms", type=float, default=0.0, help="between chunks")
-    parser.add_argument("--content", default="ok", help="the reply to every chat request")
-    asyncio.run(_serve(parser.parse_args(argv)))
+    answers = parser.add_mutually_exclusive_group()
+    answers.add_argument("--content", default="ok", help="the reply to every chat request")
+    answers.add_argument(
+        "--script",
+        type=Path,
+        metavar="FILE",
+        help="JSON or YAML list of answers: answer N to each conversation's N-th model call",
+    )
+    args = parser.parse_args(argv)
+    delays = {"delay_sec": args.delay_ms / 1000, "chunk_delay_sec": args.chunk_delay_ms / 1000}
+    policy: PolicyLike = Reply(content=args.content, **delays)
+    if args.script is not None:
+        try:
+            scripted = script_policy(args.script)
+        except ScriptError as exc:
+            raise SystemExit(f"stand-in: {exc}") from None
+
+        def policy_of_script(body: dict[str, Any], index: int) -> Reply:
+            return replace(scripted(body, index), **delays)
+
+        policy = policy_of_script
+    asyncio.run(_serve(args, policy))
 
 
 if __name__ == "__main__":

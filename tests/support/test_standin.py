@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,11 +22,14 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.support.standin import (
     Reply,
+    ScriptError,
     StandIn,
     StandInThread,
     completion_token_ids,
+    load_script,
     pieces,
     prompt_token_ids,
+    script_policy,
     shell_solver,
     token_id,
     token_logprob,
@@ -466,3 +470,110 @@ def test_as_a_process() -> None:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+SCRIPT_YAML = """\
+- content: Let me look.
+  tool_calls:
+    - name: bash
+      arguments: {command: ls -la}
+- tool_calls:
+    - type: function
+      function: {name: bash, arguments: '{"command": "cat answer.txt"}'}
+- All done.
+"""
+
+
+async def test_a_script_is_played_per_conversation(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """Answer N to each conversation's N-th model call, streamed or not; a fresh conversation
+    starts over; past the end, a text reply with no tool call names the script."""
+    script = tmp_path / "solve.yaml"
+    script.write_text(SCRIPT_YAML)
+    first: dict[str, Any] = {"role": "user", "content": "solve it"}
+    messages: list[dict[str, Any]] = [first]
+    answers: list[dict[str, Any]] = []
+    async with StandIn(script_policy(script)) as upstream:
+        for turn in range(4):
+            body = {"model": "m", "messages": messages, "stream": turn == 1}
+            if turn == 1:  # the same answer as SSE chunks, tool call arguments in pieces
+                whole = assemble(await stream(client, upstream.base_url, body))
+                message = {
+                    "role": "assistant",
+                    "content": whole["content"],
+                    "tool_calls": [
+                        {"id": c["id"], "type": "function",
+                         "function": {"name": c["name"], "arguments": c["arguments"]}}
+                        for c in whole["calls"]
+                    ],
+                }  # fmt: skip
+            else:
+                message = (await post(client, upstream.base_url, body)).json()["choices"][0][
+                    "message"
+                ]
+            answers.append(message)
+            messages.append(message)
+            for call in message.get("tool_calls") or []:
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": "ok"})
+        fresh = (await post(client, upstream.base_url, {"messages": [first]})).json()
+    calls = [
+        [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in a["tool_calls"]]
+        for a in answers[:2]
+    ]
+    assert calls == [[("bash", {"command": "ls -la"})], [("bash", {"command": "cat answer.txt"})]]
+    assert answers[0]["content"] == "Let me look."
+    assert answers[2] == {"role": "assistant", "content": "All done."}
+    assert "tool_calls" not in answers[3]
+    assert "script exhausted" in answers[3]["content"] and str(script) in answers[3]["content"]
+    assert fresh["choices"][0]["message"]["content"] == "Let me look."
+
+
+def test_a_json_script_reads_as_the_yaml_one(tmp_path: Path) -> None:
+    yaml_file, json_file = tmp_path / "a.yaml", tmp_path / "a.json"
+    yaml_file.write_text(SCRIPT_YAML)
+    json_file.write_text(
+        json.dumps(
+            [
+                {"role": "assistant", "content": "Let me look.",
+                 "tool_calls": [{"name": "bash", "arguments": {"command": "ls -la"}}]},
+                {"tool_calls": [{"function": {"name": "bash",
+                                              "arguments": '{"command": "cat answer.txt"}'}}]},
+                "All done.",
+            ]
+        )
+    )  # fmt: skip
+    assert load_script(json_file) == load_script(yaml_file)
+    assert [r.finish() for r in load_script(json_file)] == ["tool_calls", "tool_calls", "stop"]
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "what"),
+    [
+        ('["fine", 7]', "entry 2", "a text reply (a string) or an assistant message"),
+        ('["fine", {"contents": "x"}]', "entry 2", "unknown key(s) ['contents']"),
+        ('[{"role": "user", "content": "x"}]', "entry 1", "only assistant messages"),
+        ('[{"tool_calls": []}]', "entry 1", "needs content or tool_calls"),
+        ('["a", {"tool_calls": [{"arguments": {}}]}]', "entry 2, tool call 1", "name:"),
+        ('[{"tool_calls": [{"name": "b", "arguments": "{"}]}]', "entry 1, tool call 1", "not JSON"),
+        ('[{"tool_calls": [{"name": "b", "arguments": [1]}]}]', "entry 1, tool call 1", "object"),
+        ("[]", "", "a non-empty list of answers"),
+        ('{"answers": []}', "", "a non-empty list of answers"),
+        ('["a", ', "", "not valid json"),
+    ],
+)
+def test_a_broken_script_is_named_by_file_and_entry(
+    tmp_path: Path, text: str, where: str, what: str
+) -> None:
+    script = tmp_path / "broken.json"
+    script.write_text(text)
+    with pytest.raises(ScriptError) as caught:
+        load_script(script)
+    message = str(caught.value)
+    assert message.startswith(f"{script}: {where}")
+    assert what in message
+
+
+def test_a_missing_script_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ScriptError, match=r"nowhere\.yaml: cannot be read"):
+        load_script(tmp_path / "nowhere.yaml")
