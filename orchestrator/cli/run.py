@@ -34,6 +34,7 @@ from orchestrator.cli.common import (
     signal_exit_code,
     tasks_of,
 )
+from orchestrator.cli.dataset_checks import check_base_images
 from orchestrator.cli.labels import label_value, read_labels
 from orchestrator.cli.settings import (
     RunOptions,
@@ -189,6 +190,7 @@ def _new_job(settings: RunSettings) -> _Job:
     for task in tasks:  # a ${VAR} the host does not set: said once, before any container
         task.check_env_vars(include_solution=agent.runs_solution)
     config = on_cluster(config_of(settings), settings)
+    check_base_images(config, tasks)  # before the job folder and any container
     jobs_dir = config.jobs_dir.resolve()
     if settings.job_name is None:
         job_id = fresh_job_id(jobs_dir)
