@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.service.prewarm import PrewarmRow
 from tests.conftest import BASE_IMAGE, OFFICIAL_IMAGE, REPO_ROOT, write_task
 from tests.scenarios.helpers import DATASET_REWARDS, MAPPING, free_port, serve, write_dataset
 
@@ -112,3 +113,15 @@ def test_serve_starts_on_a_good_dataset_and_prewarm_reports_each_task(
         assert any(
             f"prewarm: {name}: {status} (trialbox-env:" in log for status in ("built", "cached")
         ), log
+
+
+def test_a_failed_prewarm_row_gives_each_task_its_reason() -> None:
+    row = PrewarmRow(
+        tag=None, tasks=["a", "b"], status="failed", seconds=0.0,
+        error="a step of environment/Dockerfile failed\n--- last lines ---\nexit 5",
+    )  # fmt: skip
+
+    assert row.task_lines() == [
+        "a: failed: a step of environment/Dockerfile failed",
+        "b: failed: a step of environment/Dockerfile failed",
+    ]
