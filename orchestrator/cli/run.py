@@ -35,6 +35,7 @@ from orchestrator.cli.common import (
     signal_exit_code,
     tasks_of,
 )
+from orchestrator.cli.dataset_checks import check_base_images
 from orchestrator.cli.labels import label_value, read_labels
 from orchestrator.cli.model_check import MODEL_CHECK_TIMEOUT_SEC, check_model
 from orchestrator.cli.settings import (
@@ -199,6 +200,7 @@ def _new_job(settings: RunSettings) -> _Job:
     config = config_of(settings)
     check_model(agent, config.model, probe=not settings.no_model_check)
     config = on_cluster(config, settings)
+    check_base_images(config, tasks)  # before the job folder and any container
     jobs_dir = config.jobs_dir.resolve()
     if settings.job_name is None:
         job_id = fresh_job_id(jobs_dir)

@@ -19,9 +19,9 @@ from orchestrator.cli.common import (
     config_of,
     print_error,
 )
+from orchestrator.cli.dataset_checks import check_base_images, serve_tasks
 from orchestrator.service.engine import DEFAULT_RETENTION_SEC
 from orchestrator.service.rollouts import MAX_BODY_BYTES, MAX_METADATA_BYTES
-from orchestrator.tasks.task import discover_tasks
 from orchestrator.trials.bundle_agent import BundleAgent
 
 TOKEN_ENV = "TRIALBOX_ADMIN_TOKEN"
@@ -187,18 +187,22 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     except ValueError as exc:
         print_error(console, str(exc))
         return 1
+    # The dataset checked as `run` checks its own, before the port is taken: refused when a
+    # task cannot be used, or a base-image mapping cannot work.
+    tasks = serve_tasks(args.task, args.tasks_dir)
+    config = on_cluster(config_of(args), args)
+    check_base_images(config, tasks, every_task=not args.allow_task_paths)
     bundle = None if args.bundle is None else bundle_agent(args)
     engine = TrialEngine(
         n_concurrent=args.n_concurrent, max_queue_depth=args.max_queue_depth,
-        config=on_cluster(config_of(args), args),
+        config=config,
         agent=args.agent if bundle is None else bundle.spec,
         task=args.task, tasks_dir=args.tasks_dir, retention_sec=args.retention_sec,
         orphan_timeout_sec=args.orphan_timeout,
     )  # fmt: skip
     prewarm_tasks = []
     if args.prewarm:
-        source = args.task or args.tasks_dir
-        prewarm_tasks = discover_tasks(source) if source else []
+        prewarm_tasks = tasks
         if bundle is not None:  # the images with the bundle's dependencies, as it runs them
             prewarm_tasks = [bundle.for_task(task) for task in prewarm_tasks]
     try:

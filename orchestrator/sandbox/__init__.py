@@ -4,7 +4,13 @@ The trial, the agents, prewarm and reap talk only to these interfaces; each back
 (`orchestrator.backends.docker`, `orchestrator.backends.fake`, …) implements them.
 """
 
-from orchestrator.sandbox.backend import Backend, ImageOutcome, ImagePlan, Leftover
+from orchestrator.sandbox.backend import (
+    Backend,
+    ImageOutcome,
+    ImagePlan,
+    Leftover,
+    LocalImages,
+)
 from orchestrator.sandbox.protocol import (
     Capabilities,
     ExecResult,
@@ -35,6 +41,7 @@ __all__ = [
     "ImageOutcome",
     "ImagePlan",
     "Leftover",
+    "LocalImages",
     "Mount",
     "Sandbox",
     "SandboxSpec",

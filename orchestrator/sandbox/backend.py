@@ -9,7 +9,7 @@ subpackage under `orchestrator/backends/` and one config class.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -54,6 +54,13 @@ class ImageOutcome(BaseModel):
     )
 
 
+class LocalImages(BaseModel):
+    """What an engine holds, as far as some image references go."""
+
+    missing: list[str] = Field(description="The references asked about that it lacks.")
+    names: list[str] = Field(description="Every repository:tag it holds (for a suggestion).")
+
+
 class Leftover(BaseModel):
     """One trial sandbox that is still there, as the backend lists it."""
 
@@ -85,6 +92,12 @@ class Backend(ABC):
     def placement(self) -> Placement | None:
         """None (the default): sandboxes are created here and trials run in this process.
         A backend whose sandboxes live on other machines places whole trials there."""
+        return None
+
+    async def local_images(self, refs: Sequence[str]) -> LocalImages | None:
+        """Which of `refs` the engine that builds images lacks (a build would pull them), and
+        what it holds; None (the default) when this backend cannot say from here (its images
+        live on other machines, or are not real)."""
         return None
 
     @abstractmethod

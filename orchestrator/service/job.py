@@ -23,6 +23,7 @@ from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Backend
 from orchestrator.sandbox.reclaim import reclaim_dead
 from orchestrator.service.aggregates import counted, pass_at_k, summarize, task_unusable
+from orchestrator.service.base_image_check import check_base_image_map
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.job_config import JobConfigFile, public_trial_config
 from orchestrator.service.job_ids import fresh_job_id
@@ -119,6 +120,9 @@ async def run_job(
     backoff = retry_backoff or Backoff()
     loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
     the_agent = agent if isinstance(agent, Agent) else parse_agent(agent)
+    backend = backend or config.backend.build(config.limits)
+    # Another job may run other tasks with the same config: an unused mapping is a warning.
+    await check_base_image_map(config.base_image_map, loaded, backend=backend, refuse_unused=False)
     jobs_dir = config.jobs_dir.resolve()
     if not job_id:
         job_id = await run_blocking(fresh_job_id, jobs_dir)

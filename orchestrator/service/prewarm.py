@@ -37,6 +37,12 @@ class PrewarmRow(BaseModel):
     seconds: float
     error: str | None = None
 
+    def task_lines(self) -> list[str]:
+        """A line per task: what prewarm did for it, and why when its image failed."""
+        if self.status == "failed":
+            return [f"{task}: failed: {_first_line(self.error)}" for task in self.tasks]
+        return [f"{t}: {self.status} ({self.tag}, {self.seconds:.1f} s)" for t in self.tasks]
+
 
 def _first_line(text: str | None) -> str:
     lines = (text or "").strip().splitlines()

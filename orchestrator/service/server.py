@@ -58,7 +58,7 @@ from orchestrator.sandbox.reclaim import reclaim_dead
 from orchestrator.service.auth import Tokens, scope_of
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.guards import BodyLimit, json_size, url_under
-from orchestrator.service.prewarm import prewarm
+from orchestrator.service.prewarm import PrewarmRow, prewarm
 from orchestrator.service.rollouts import (
     MAX_BODY_BYTES,
     MAX_METADATA_BYTES,
@@ -81,6 +81,12 @@ RolloutId = Annotated[str, PathParam(pattern=ROLLOUT_ID_PATTERN)]
 
 
 # -- the app ---------------------------------------------------------------------------------
+
+
+def _log_prewarmed(row: PrewarmRow) -> None:
+    """The server's log says, task by task, what prewarm did (a failure with its reason)."""
+    for line in row.task_lines():
+        log.log(logging.WARNING if row.status == "failed" else logging.INFO, "prewarm: %s", line)
 
 
 def _document(status: RolloutStatus, **extra: Any) -> dict[str, Any]:
@@ -141,6 +147,7 @@ def create_app(
             rows = await prewarm(
                 prewarm_tasks, base_image_map=engine.config.base_image_map,
                 backend=engine.backend, force_build=engine.config.force_build,
+                on_done=_log_prewarmed,
             )  # fmt: skip
             log.info("prewarmed %d image(s)", len(rows))
         yield

@@ -285,9 +285,11 @@ def task_folders(path: str | Path) -> list[Path]:
     return folders
 
 
-def load_tasks(folders: list[Path]) -> list[Task]:
+def load_tasks(folders: list[Path], *, leave_out: str | None = None) -> list[Task]:
     """Every folder loaded; the ones that cannot be used are refused together, so a dataset
-    with several broken tasks is mended in one pass rather than one error at a time."""
+    with several broken tasks is mended in one pass rather than one error at a time.
+    `leave_out`: how to leave them out, said after "mend them, or" (default: `run`'s
+    --exclude-task)."""
     tasks: list[Task] = []
     broken: list[tuple[Path, TaskError]] = []
     for folder in folders:
@@ -299,14 +301,17 @@ def load_tasks(folders: list[Path]) -> list[Task]:
         raise broken[0][1]
     if broken:
         each = "\n".join(f"- {exc}" for _, exc in broken)
-        leave_out = " ".join(f"--exclude-task {folder.name}" for folder, _ in broken)
+        if leave_out is None:
+            flags = " ".join(f"--exclude-task {folder.name}" for folder, _ in broken)
+            leave_out = f"leave them out (trialbox run ... {flags})"
         raise TaskError(
             f"{len(broken)} of {len(folders)} task folders cannot be used:\n{each}\n"
-            f"mend them, or leave them out (trialbox run ... {leave_out})"
+            f"mend them, or {leave_out}"
         )
     return tasks
 
 
-def discover_tasks(path: str | Path) -> list[Task]:
-    """One task folder, or every task folder directly inside `path`, sorted by name."""
-    return load_tasks(task_folders(path))
+def discover_tasks(path: str | Path, *, leave_out: str | None = None) -> list[Task]:
+    """One task folder, or every task folder directly inside `path`, sorted by name
+    (`leave_out` as in `load_tasks`)."""
+    return load_tasks(task_folders(path), leave_out=leave_out)

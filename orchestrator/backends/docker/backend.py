@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from orchestrator.backends.docker.images import BuildPlan, ImageBuilder, default_builder
 from orchestrator.backends.docker.leftovers import find_leftovers, remove_leftovers
+from orchestrator.backends.docker.local_images import local_images
 from orchestrator.backends.docker.sandbox import DockerSandbox, docker_capabilities
 from orchestrator.common.limits import Limits
 from orchestrator.sandbox import (
@@ -14,6 +15,7 @@ from orchestrator.sandbox import (
     ImageOutcome,
     ImagePlan,
     Leftover,
+    LocalImages,
     Sandbox,
     SandboxSpec,
 )
@@ -33,6 +35,9 @@ class DockerBackend(Backend):
     @property
     def capabilities(self) -> Capabilities:
         return docker_capabilities()
+
+    async def local_images(self, refs: Sequence[str]) -> LocalImages:
+        return await local_images(refs)
 
     async def plan_image(
         self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False

@@ -11,29 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from container_runtime.paths import RUNTIME_PYTHON, VENV_DIR
+from orchestrator.tasks.base_images import AS_ALIAS as _AS
+from orchestrator.tasks.base_images import FROM_LINE as _FROM
+from orchestrator.tasks.base_images import logical_lines as _logical_lines
 
 UV_PATH = "/opt/trialbox/uv"
 MIN_PYTHON = (3, 9)
 
-_FROM = re.compile(
-    r"^(?P<lead>\s*FROM\s+)(?P<flags>(?:--\S+\s+)*)(?P<image>\S+)(?P<rest>.*)$", re.IGNORECASE
-)
 _USER = re.compile(r"^\s*USER\s+(?P<user>\S+)", re.IGNORECASE)
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Lines with backslash continuations joined, so an instruction is one line."""
-    lines: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        if raw.rstrip().endswith("\\"):
-            pending += raw.rstrip()[:-1] + " "
-            continue
-        lines.append(pending + raw)
-        pending = ""
-    if pending:
-        lines.append(pending)
-    return lines
 
 
 def map_base_images(text: str, mapping: Mapping[str, str]) -> str:
@@ -51,7 +36,6 @@ def map_base_images(text: str, mapping: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-_AS = re.compile(r"\s+AS\s+(?P<alias>\S+)", re.IGNORECASE)
 _INSTRUCTION = re.compile(r"^\s*(?P<word>[A-Za-z]+)(?P<args>.*)$")
 _FROM_FLAG = re.compile(r"(?:^|\s)--from=", re.IGNORECASE)
 
