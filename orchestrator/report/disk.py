@@ -120,10 +120,13 @@ class JobOnDisk(BaseModel):
     def state(self) -> JobState:
         """running: a run holds the lock; finished: every (task, attempt) has a result,
         whatever folders a stopped run left; stopped: a run job left incomplete (resume it);
-        unknown: a serve folder."""
+        a serve folder is finished once its server let go of the lock; unknown: one whose
+        server held none (an older trialbox) or where locks cannot be read."""
         if self.locked:
             return "running"
         if self.source == "serve":
+            if self.locked is False and (self.job_dir / LOCK_FILE).exists():
+                return "finished"
             return "running" if self.in_flight else "unknown"
         done = len(self.last_results)
         if self.n_expected is None or done >= self.n_expected:
@@ -176,8 +179,12 @@ def read_job(job_dir: Path) -> JobOnDisk:
     ordered = sorted(results, key=lambda r: (r.started_at, r.trial_id))
     locked = lock_held(job_dir / LOCK_FILE)
     unfinished = _unfinished(job_dir, {Path(r.trial_dir).name for r in results})
-    if config is None:  # a serve folder: no lock tells whether its server still runs
+    if config is None and (locked is None or not (job_dir / LOCK_FILE).exists()):
+        # A serve folder whose server held no lock (an older trialbox), or no telling here.
         in_flight, interrupted = unfinished, []
+    elif config is None:  # a serve folder: its server holds the lock while it runs
+        in_flight = unfinished if locked else []
+        interrupted = [t for t in unfinished if t not in in_flight]
     else:
         # When the running run began: config.json's time, from the same clock as the folders'.
         run_began = _at(_mtime_ns(job_dir / CONFIG_FILE))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -39,6 +40,7 @@ from orchestrator.service.admission import Admission, waiting_in
 from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
+from orchestrator.service.job_store import lock_job_dir
 from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
 from orchestrator.service.rollouts import Disposition, RolloutRequest, RolloutStatus
@@ -125,6 +127,7 @@ class TrialEngine:
             default_agent=agent, default_task=self.default_task, tasks_dir=self.tasks_dir
         )
         self._closed = False
+        self._folder_lock: int | None = None  # the job folder's, from the first rollout on
         self._outbox = Outbox()
         self._admission = Admission(n_concurrent, max_queue_depth)
         self._trials = TrialMaker(self.config, self.backend, self.job_id)
@@ -185,6 +188,7 @@ class TrialEngine:
             task, agent = task or loaded_task, agent or loaded_agent
             # Loading awaited: the engine may have closed, or the same id come in, meanwhile.
             self._admit(request)
+        self._hold_job_folder()
         loop = self.loop = asyncio.get_running_loop()
         rollout = InFlight(
             request, task, agent, attempt, loop.create_future(),
@@ -366,7 +370,25 @@ class TrialEngine:
         # Callbacks of the last rollouts still go out, within a bound.
         await self._outbox.drain(CALLBACK_DRAIN_SEC)
         await self._trials.aclose()
+        if self._folder_lock is not None and self._folder_lock >= 0:
+            os.close(self._folder_lock)
+        self._folder_lock = None
         self._watchers.notify_all()  # long polls answer now: nothing more changes
+
+    def _hold_job_folder(self) -> None:
+        """Hold the job folder's lock while this engine runs, as `trialbox run` holds its own:
+        the report then reads a live server's folder as running and a stopped one's as
+        finished (a process that dies lets go of it too). A folder the host cannot make is
+        left to the trial, which fails saying so."""
+        if self._folder_lock is not None:
+            return
+        job_dir = self.config.jobs_dir / self.job_id
+        try:
+            job_dir.mkdir(parents=True, exist_ok=True)
+            self._folder_lock = lock_job_dir(job_dir)
+        except (OSError, ValueError) as exc:
+            log.warning("%s: could not hold the job folder's lock (%s)", job_dir, exc)
+            self._folder_lock = -1  # not asked again
 
     async def __aenter__(self) -> TrialEngine:
         return self
