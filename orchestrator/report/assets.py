@@ -249,11 +249,13 @@ table.trials tr:hover {background:#f1f5ff}
 }
 table.compare {border-collapse:collapse}
 table.compare td,table.compare th {
-  padding:.25em .7em;
+  padding:.25em .5em;
   border-bottom:1px solid var(--line);
   text-align:left;
   white-space:nowrap;
 }
+/* Headers wrap ("with infra as 0" on two lines), so many jobs fit a laptop's window. */
+table.compare th {white-space:normal; vertical-align:bottom}
 .meter {
   display:inline-block;
   width:6em;

@@ -92,7 +92,7 @@ def _compare_row(row: CompareRow, top_reward: float, top_seconds: float) -> str:
         esc(num(row.pass_at_1)),
         esc(secs(row.wall_seconds)),
         *(esc(secs(row.mean_phase_seconds.get(p, 0.0))) for p in _COMPARED_PHASES),
-        f'<div class="stack" style="width:14em">{phases}</div>',
+        f'<div class="stack" style="width:10em">{phases}</div>',
     ]
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 

@@ -235,3 +235,22 @@ def test_a_screenshot_of_the_report(jobs: Jobs, tmp_path: Path) -> None:
     assert len(shot) > 50_000  # a page, not a blank
     if os.environ.get("TRIALBOX_UPDATE_SCREENSHOT") == "1":
         shutil.copy(out, REPO_DOCS / "report.png")
+
+
+async def test_the_jobs_side_by_side_fit_a_1400_pixel_window(jobs: Jobs, tmp_path: Path) -> None:
+    """The comparison of several jobs is read at a glance: no sideways scrolling on a laptop's
+    window, with job ids as long as the default ones."""
+    async with browser_page(tmp_path / "profile") as page:
+        await page.call(
+            "Emulation.setDeviceMetricsOverride", width=1400, height=900,
+            deviceScaleFactor=1, mobile=False,
+        )  # fmt: skip
+        await page.goto(jobs.report.as_uri())
+        widths = await page.evaluate(
+            "(() => { const box = document.querySelector('.comparison .scroll-x');"
+            " [...box.querySelectorAll('td a')].forEach(a => {"
+            " a.textContent = 'job__20261203-215500-7f3a9c'; });"
+            " return [box.scrollWidth, box.clientWidth]; })()"
+        )
+    scroll_width, client_width = widths
+    assert client_width > 0 and scroll_width <= client_width, widths
