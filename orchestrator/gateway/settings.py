@@ -24,9 +24,13 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
-    temperature: float | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    seed: int | None = None
 
     def as_body(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}

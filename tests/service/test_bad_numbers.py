@@ -64,6 +64,16 @@ async def test_a_non_finite_number_is_a_422_naming_its_field(
     assert "finite" in error["msg"] or "Infinity" in error["msg"]
 
 
+@pytest.mark.parametrize(("key", "value"), [("n", -3), ("temperature", 2.5), ("top_p", 0)])
+async def test_a_sampling_value_out_of_range_is_a_422_naming_it(
+    client: httpx.AsyncClient, key: str, value: float
+) -> None:
+    sampling = {"sampling": {key: value}}
+    response = await client.post("/rollouts", json={"rollout_id": "r1", "model": sampling})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["body", "model", "sampling", key]
+
+
 async def test_a_non_finite_wait_is_a_422(client: httpx.AsyncClient) -> None:
     response = await client.get("/rollouts/r1", params={"wait": "nan"})
     assert response.status_code == 422, response.text
