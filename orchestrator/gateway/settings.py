@@ -14,15 +14,23 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+"""The config of every model a request or a settings file fills: unknown keys and non-finite
+numbers (NaN, Infinity, 1e999) are refused, naming the field, since JSON cannot carry them."""
+
 
 class Sampling(BaseModel):
     """Sampling settings added to each request the agent does not set itself."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
-    temperature: float | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    seed: int | None = None
 
     def as_body(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -31,7 +39,7 @@ class Sampling(BaseModel):
 class ModelLimits(BaseModel):
     """Per-trial bounds; past one, the agent gets a 403 that names it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     max_calls: int | None = Field(None, ge=1, description="Requests forwarded upstream.")
     max_total_tokens: int | None = Field(
@@ -42,7 +50,7 @@ class ModelLimits(BaseModel):
 class ModelConfig(BaseModel):
     """The model of a trial: the upstream's URL and key, the model name, sampling, limits."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     name: str = Field(min_length=1, description="The model name sent upstream.")
     base_url: str = Field(
@@ -94,7 +102,7 @@ class ModelConfig(BaseModel):
 class ModelOverride(BaseModel):
     """What one rollout may change: a trainer can route and sample each rollout on its own."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     name: str | None = Field(None, min_length=1)
     base_url: str | None = Field(None, description="Route this rollout to another upstream.")

@@ -3,15 +3,16 @@ the refusals of `TrialEngine.submit`, and the server's size and wait bounds."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AnyHttpUrl, BaseModel, Field, JsonValue, field_validator, model_validator
 
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.ids import ROLLOUT_ID_PATTERN
 from orchestrator.gateway.record import Usage
-from orchestrator.gateway.settings import ModelOverride
+from orchestrator.gateway.settings import STRICT, ModelOverride
 from orchestrator.trials.result import TrialStatus
 
 Disposition = Literal["cancelled_queued", "cancelled_running", "finishing", "not_found"]
@@ -32,7 +33,7 @@ proxy that cuts slow responses may sit in between."""
 class RolloutRequest(BaseModel):
     """One rollout to run: which task, which agent, what the verifier may know."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     rollout_id: str = Field(
         pattern=ROLLOUT_ID_PATTERN,
@@ -42,7 +43,7 @@ class RolloutRequest(BaseModel):
     task: str | None = Field(None, description="A task folder on the server's host.")
     task_id: str | None = Field(None, description="Dataset mode: a folder under tasks_dir.")
     agent: str | None = Field(None, description="Agent spec; the engine's default when unset.")
-    metadata: dict[str, Any] = Field(
+    metadata: dict[str, JsonValue] = Field(
         default_factory=dict, description="Given to the agent, except `label` (verifier only)."
     )
     prompt: str | None = Field(
@@ -62,6 +63,17 @@ class RolloutRequest(BaseModel):
     grader_complete_url: AnyHttpUrl | None = Field(
         None, description="POSTed with the reward when the rollout ends."
     )
+
+    @field_validator("metadata")
+    @classmethod
+    def _strict_json(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        """JsonValue lets NaN and Infinity through in JSON mode; the verifier's label.json
+        and the agent's input must be strict JSON."""
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError as exc:
+            raise ValueError(f"{exc}: NaN and Infinity are not JSON; give finite numbers") from exc
+        return value
 
     @model_validator(mode="after")
     def _one_task(self) -> RolloutRequest:
@@ -88,7 +100,7 @@ class RolloutStatus(BaseModel):
 class CancelRequest(BaseModel):
     """Exactly one selector: ids, a prefix, a session, or all."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     ids: list[str] | None = None
     prefix: str | None = Field(None, min_length=1)

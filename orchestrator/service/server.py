@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -48,8 +49,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import aiofiles
-from fastapi import FastAPI, Header, HTTPException, Query
+from fastapi import FastAPI, Header, HTTPException, Query, Request
 from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from orchestrator.common.errors import TaskError, TrialboxError
@@ -91,6 +93,25 @@ def _log_prewarmed(row: PrewarmRow) -> None:
 
 def _document(status: RolloutStatus, **extra: Any) -> dict[str, Any]:
     return {**extra, **status.model_dump(mode="json")}
+
+
+def _json_safe(value: Any) -> Any:
+    """An error's echoed input as strict JSON: a non-finite float as its name ("NaN"), so
+    the 422 itself can be encoded (it was a 500)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+async def _invalid(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [{**e, "input": _json_safe(e.get("input"))} for e in exc.errors()]
+    errors = [{k: v for k, v in e.items() if k != "ctx"} for e in errors]
+    return JSONResponse({"detail": errors}, status_code=422)
 
 
 def create_app(
@@ -155,6 +176,7 @@ def create_app(
 
     app = FastAPI(title="trialbox", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _invalid)
 
     @app.post("/rollouts", status_code=202)
     @app.post("/rollout", status_code=202)
@@ -194,7 +216,12 @@ def create_app(
         rollout_id: RolloutId,
         wait: Annotated[
             float | None,
-            Query(ge=0, le=MAX_WAIT_SEC, description="long poll: answer on a change, or at N s"),
+            Query(
+                ge=0,
+                le=MAX_WAIT_SEC,
+                allow_inf_nan=False,
+                description="long poll: answer on a change, or at N s",
+            ),
         ] = None,
     ) -> RolloutStatus:
         if not wait:

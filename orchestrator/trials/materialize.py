@@ -114,7 +114,11 @@ def materialize(
     visible, label = split_label(metadata)
     if label is not None:
         (task_dir / "tests").mkdir(exist_ok=True)  # a task without tests/ (a bundle's grader)
-        (task_dir / "tests" / "label.json").write_text(json.dumps(label), encoding="utf-8")
+        try:
+            text = json.dumps(label, allow_nan=False)
+        except ValueError as exc:  # a bare NaN or Infinity: strict JSON parsers reject it
+            raise TaskError(f"metadata.label: {exc}; give finite numbers only") from exc
+        (task_dir / "tests" / "label.json").write_text(text, encoding="utf-8")
     container_input = ContainerInput(
         trial_id=trial_id,
         rollout_id=rollout_id,
