@@ -87,9 +87,13 @@ _BUILD_ONLY_SIGNS = ("failed to establish a new connection",)
 # finds no package. Offline when an earlier step's output shows the update could not fetch.
 _APT_NOTHING_FOUND = ("unable to locate package", "has no installation candidate")
 _APT_OFFLINE = ("temporary failure resolving", "could not resolve '")
+# One line, what to do: the step's packages from this machine, or the build elsewhere.
 _OFFLINE_HINT = (
     " (its output says the network could not be reached: this engine's builds have no"
-    " internet; build where they have, or give the task a prebuilt docker_image)"
+    " internet, infra, so the trial is discarded; COPY a local wheelhouse in and install with"
+    " pip install --no-index --find-links, map the FROM line with --base-image to a local"
+    " image that has the packages, give the task a prebuilt docker_image, or build where"
+    " builds have the internet; --no-internet takes it from sandboxes only, never builds)"
 )
 
 
