@@ -26,7 +26,7 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
     echo "base image $IMAGE is present"
     exit 0
   fi
-  echo "base image $IMAGE is of version ${have:-1} (no pip), this script builds version $VERSION: rebuilding it"
+  echo "base image $IMAGE is of version ${have:-1, without pip}; this script builds version $VERSION: rebuilding it"
 fi
 
 if ! command -v debootstrap >/dev/null 2>&1; then
