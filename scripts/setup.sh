@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Everything both README commands need: the package with its dev extras, a Docker engine that
-# answers, and the offline base image. Each step does nothing when already done.
+# What the demo needs, and no more: a virtual environment (scripts/venv.sh: the active one, or
+# .venv/ under the clone) holding the package, a Docker engine that answers, and the offline
+# base image. scripts/test.sh adds what the tests need. Each step does nothing when already
+# done. Sourced by demo.sh and test.sh, so that they run in the same environment.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e ".[dev]"
+source scripts/venv.sh
+trialbox_install "."
 bash scripts/ensure-docker.sh
 bash scripts/build-base-image.sh
-bash scripts/ensure-browser.sh
-bash scripts/ensure-ray.sh
-bash scripts/ensure-registry.sh

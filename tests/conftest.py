@@ -8,7 +8,8 @@ state machine, the loader, the server's routes) on a machine without an engine.
 
 No test leans on what another left behind: a test that needs a task's image asks for it
 (`ensure_task_image`, cheap when cached), every container of ours is checked for after each
-test, and the images the session built are removed at its end (`session_images`).
+test, and the images the session built, and only those, are removed at its end
+(`session_images`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -32,14 +34,16 @@ from orchestrator import TrialConfig, load_task
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
-BASE_IMAGE = "trialbox-base/python3:bookworm"
+# The offline base image, as scripts/build-base-image.sh builds it (TRIALBOX_BASE_IMAGE names
+# another tag there and here), and the version of it the tests need (its VERSION).
+BASE_IMAGE = os.environ.get("TRIALBOX_BASE_IMAGE") or "trialbox-base/python3:bookworm"
+BASE_IMAGE_SCRIPT = REPO_ROOT / "scripts" / "build-base-image.sh"
 OFFICIAL_IMAGE = "python:3.11-slim-bookworm"
 BASE_IMAGE_MAP = {OFFICIAL_IMAGE: BASE_IMAGE}
 DEFAULT_DOCKERFILE = f"FROM {OFFICIAL_IMAGE}\nWORKDIR /app\n"
 LABEL_TRIAL = "trialbox.trial"
 LABEL_OWNER = "trialbox.owner"
-# The repositories trialbox builds into, and the prefix of the tags tests build themselves.
-BUILT_REPOS = frozenset({"trialbox-env", "trialbox-tools"})
+# The prefix of the tags tests build themselves.
 TEST_IMAGE_PREFIX = "trialbox-test-"
 
 # Ray (2.5x and later) turns on token authentication for every new local cluster and writes a
@@ -49,9 +53,11 @@ TEST_IMAGE_PREFIX = "trialbox-test-"
 # process the tests start, keeps them agreeing and leaves no token file behind.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-# Every trial this test session starts is labelled with this owner, so the leak check below
-# finds exactly our containers and never touches those of someone else using the engine.
-TEST_OWNER = f"trialbox-tests-{uuid.uuid4().hex[:12]}"
+# Every trial this test session starts is labelled with this owner, and so is every image it
+# has trialbox build (`trialbox.owner`, from TRIALBOX_OWNER), so the leak check and the image
+# cleanup below find exactly ours and never touch those of someone else using the engine.
+TEST_OWNER_PREFIX = "trialbox-tests-"
+TEST_OWNER = f"{TEST_OWNER_PREFIX}{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="session")
@@ -74,13 +80,22 @@ def docker_client() -> Iterator[docker.DockerClient]:
 def docker_ready(
     docker_client: docker.DockerClient, session_images: set[str]
 ) -> docker.DockerClient:
-    """The engine answers and holds the offline base image the examples are mapped onto."""
+    """The engine answers and holds the offline base image the examples are mapped onto, of
+    the version scripts/build-base-image.sh builds (an older one has no pip)."""
     try:
-        docker_client.images.get(BASE_IMAGE)
+        image = docker_client.images.get(BASE_IMAGE)
     except docker.errors.ImageNotFound:
         pytest.fail(
             f"the base image {BASE_IMAGE} is missing; build it with scripts/build-base-image.sh "
             "and rerun",
+            pytrace=False,
+        )
+    wanted = re.search(r"^VERSION=(\d+)$", BASE_IMAGE_SCRIPT.read_text(), re.MULTILINE)
+    have = (image.labels or {}).get("trialbox.base-version", "1")
+    if wanted is not None and have != wanted.group(1):
+        pytest.fail(
+            f"the base image {BASE_IMAGE} is of version {have}, the tests need version "
+            f"{wanted.group(1)} (with pip); rebuild it with scripts/build-base-image.sh and rerun",
             pytrace=False,
         )
     return docker_client
@@ -118,18 +133,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _built_by_the_suite(image: Any) -> bool:
-    """An image of trialbox's own repositories, a test's tag, or an untagged one (a build
-    stage, the last layer of a failed build); never the base image."""
+    """An image trialbox built for a test session (its `trialbox.owner` label names one: any
+    session's, since the last one out removes for all), or one with a test's own tag; never
+    the base image, nor an image of someone else's job, however it is tagged. Untagged layers
+    without the label (a failed build's last step) are left: nothing says whose they are."""
     if BASE_IMAGE in image.tags:
         return False
-    return all(
-        tag.rsplit(":", 1)[0] in BUILT_REPOS or tag.startswith(TEST_IMAGE_PREFIX)
-        for tag in image.tags
-    )
+    if (image.labels or {}).get(LABEL_OWNER, "").startswith(TEST_OWNER_PREFIX):
+        return True
+    return any(tag.startswith(TEST_IMAGE_PREFIX) for tag in image.tags)
 
 
 def remove_images_made_since(client: docker.DockerClient, before: set[str]) -> list[str]:
-    """Remove the suite's images whose ids are not in `before`; what could not be removed."""
+    """Remove the suite's images (`_built_by_the_suite`) whose ids are not in `before`; what
+    could not be removed."""
     problems: list[str] = []
     for _ in range(2):  # a second pass for an untagged image its removed child uncovered
         made = [
@@ -215,8 +232,8 @@ def session_images(
     docker_client: docker.DockerClient, pytestconfig: pytest.Config
 ) -> Iterator[set[str]]:
     """The image ids present before the first engine test; at the end of the session the
-    images the suite built (trialbox-env, trialbox-tools, trialbox-test-* tags, untagged
-    stages) that were not among them are removed. The base image always stays. Sessions
+    images the suite built (labelled with a test owner, or tagged trialbox-test-*) that were
+    not among them are removed. The base image always stays. Sessions
     that share the engine at the same time leave the removal to the last one of them."""
     before = {image.id for image in docker_client.images.list(all=True)}
     sessions = EngineSessions(docker_client.info().get("ID", "engine").replace(":", "-"))

@@ -55,6 +55,12 @@ def _this_process(pid: int) -> Creator:
     return Creator(host=socket.gethostname(), pid=pid, started=_started(psutil.Process(pid)))
 
 
+def default_owner() -> str:
+    """Whose work this process does: TRIALBOX_OWNER, else this host and pid. The default
+    `trialbox.owner` of its sandboxes, and the owner label of the images it builds."""
+    return os.environ.get("TRIALBOX_OWNER") or f"{socket.gethostname()}:{os.getpid()}"
+
+
 def this_process() -> Creator:
     """This process (computed once per pid: a forked child is a process of its own)."""
     return _this_process(os.getpid())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -12,6 +11,7 @@ from orchestrator.backends import BackendConfig, DockerBackendConfig
 from orchestrator.common.limits import Limits
 from orchestrator.common.scrub import SAFE_SECRET_LEN, check_secret_lengths
 from orchestrator.gateway.settings import ModelConfig
+from orchestrator.sandbox.creator import default_owner
 
 BASE_IMAGE_MAP_ENV = "TRIALBOX_BASE_IMAGE_MAP"
 
@@ -31,7 +31,7 @@ def parse_image_map(entries: list[str] | str) -> dict[str, str]:
 
 
 def _default_owner() -> str:
-    return os.environ.get("TRIALBOX_OWNER") or f"{socket.gethostname()}:{os.getpid()}"
+    return default_owner()
 
 
 def _default_image_map() -> dict[str, str]:

@@ -82,3 +82,23 @@ async def test_a_step_that_cannot_reach_the_network_is_infra_with_a_hint(
     assert "returned a non-zero code: 100" in result.error.message
     assert "builds have no internet" in result.error.message
     assert result.reward is None
+
+
+async def test_pip_install_without_the_internet_is_infra_in_one_line_that_says_what_to_do(
+    config: TrialConfig, make_task: MakeTask
+) -> None:
+    # A real pip that cannot reach its index, bounded (one retry, 2 s); `.invalid` never
+    # resolves (RFC 6761), so the step fails as offline on any machine and fetches nothing.
+    step = (
+        "RUN PIP_INDEX_URL=https://pypi.invalid/simple PIP_RETRIES=1 PIP_TIMEOUT=2 "
+        "pip install --no-cache-dir some-package\n"
+    )
+    task = make_task(dockerfile=DEFAULT_DOCKERFILE + step)
+    result = await run_trial(task, "nop", config=config)
+    assert result.error is not None
+    assert (result.error.category, result.error.phase) == ("infra", "image")
+    said = result.error.message.splitlines()[0]  # the log's tail follows, under its heading
+    assert "pip install --no-cache-dir some-package' returned a non-zero code" in said
+    for advice in ("builds have no internet", "wheelhouse", "--base-image", "docker_image"):
+        assert advice in said, advice
+    assert result.reward is None

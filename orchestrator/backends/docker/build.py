@@ -22,6 +22,8 @@ from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, Ta
 from orchestrator.common.offline import names_the_network
 from orchestrator.common.terminal import plain
 from orchestrator.sandbox.backend import RuntimeState
+from orchestrator.sandbox.creator import default_owner
+from orchestrator.sandbox.spec import LABEL_OWNER
 
 TASK_REPO = "trialbox-env"
 LOG_TAIL_LINES = 40
@@ -85,9 +87,13 @@ _BUILD_ONLY_SIGNS = ("failed to establish a new connection",)
 # finds no package. Offline when an earlier step's output shows the update could not fetch.
 _APT_NOTHING_FOUND = ("unable to locate package", "has no installation candidate")
 _APT_OFFLINE = ("temporary failure resolving", "could not resolve '")
+# One line, what to do: the step's packages from this machine, or the build elsewhere.
 _OFFLINE_HINT = (
     " (its output says the network could not be reached: this engine's builds have no"
-    " internet; build where they have, or give the task a prebuilt docker_image)"
+    " internet, infra, so the trial is discarded; COPY a local wheelhouse in and install with"
+    " pip install --no-index --find-links, map the FROM line with --base-image to a local"
+    " image that has the packages, give the task a prebuilt docker_image, or build where"
+    " builds have the internet; --no-internet takes it from sandboxes only, never builds)"
 )
 
 
@@ -120,6 +126,14 @@ def _build_failed(plan: BuildPlan, why: str, lines: list[str]) -> ImageBuildErro
         hint = _BUILDKIT_HINT if "requires buildkit" in why.lower() else ""
         return TaskBuildError(f"building {plan.tag}: {why}{hint}", tail, log=full)
     return ImageBuildError(f"building {plan.tag} failed: {why}", tail, log=full)
+
+
+def build_labels(**extra: str) -> dict[str, str]:
+    """The labels every image trialbox builds carries: `trialbox.owner`, the owner of the
+    process that built it (`default_owner`), so that whoever cleans up removes only the
+    images of their own runs (the test suite does). Not part of the tag: an image another
+    owner's trial finds under its tag is used as is, whoever built it."""
+    return {LABEL_OWNER: default_owner(), **extra}
 
 
 def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> list[str]:

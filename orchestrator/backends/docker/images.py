@@ -29,6 +29,7 @@ from orchestrator.backends.docker.build import (
     TASK_REPO,
     BuildPlan,
     _build_blocking,
+    build_labels,
     image_exists,
     with_tag,
 )
@@ -292,9 +293,9 @@ class ImageBuilder:
         building = asyncio.ensure_future(
             docker_api.call_once(
                 f"build the image of {task_name}",
-                # No labels: the builder makes each one a step of its own (~0.8 s here);
-                # task images are known by their repository, TASK_REPO.
-                _build_blocking, plan, {},
+                # One label, its owner (the builder makes all labels one step, ~0.8 s here):
+                # task images are known by their repository, TASK_REPO, and whose by it.
+                _build_blocking, plan, build_labels(),
             )
         )  # fmt: skip
         self._running[plan.tag] = building

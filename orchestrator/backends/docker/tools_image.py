@@ -8,7 +8,13 @@ wheelhouse, and named, like every image here, by a hash of its files.
 from __future__ import annotations
 
 from orchestrator.backends.docker import api as docker_api
-from orchestrator.backends.docker.build import BuildPlan, _build_blocking, image_exists, with_tag
+from orchestrator.backends.docker.build import (
+    BuildPlan,
+    _build_blocking,
+    build_labels,
+    image_exists,
+    with_tag,
+)
 from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse, runtime_wheel
 from orchestrator.common.offload import run_blocking
 
@@ -38,6 +44,6 @@ async def make_tools_image() -> str:
     if not await image_exists(tag):
         plan = BuildPlan(tag=tag, timeout_sec=300, context=context)
         await docker_api.call_once(
-            "build the tools image", _build_blocking, plan, {"trialbox.tools": "1"}
+            "build the tools image", _build_blocking, plan, build_labels(**{"trialbox.tools": "1"})
         )
     return tag
