@@ -113,6 +113,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "seconds (a trainer that died, a lost cancel); its status says why (default: off)",
     )
     parser.add_argument(
+        "--max-retries",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run a rollout whose trial failed for infra reasons again under the same id, up "
+        "to N more times, before its status reports (each try its own trial folder; the "
+        "status says which try it is and why the earlier ones failed) (default: 0)",
+    )
+    parser.add_argument(
         "--prewarm",
         action="store_true",
         help="build the images of the template task or of every task in --tasks-dir first",
@@ -179,6 +188,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.orphan_timeout is not None and not args.orphan_timeout > 0:
         print_error(console, "--orphan-timeout must be more than 0 seconds (omit it for none)")
         return 1
+    if args.max_retries < 0:
+        print_error(console, "--max-retries must be 0 or more")
+        return 1
     if args.workflow_config is not None and args.bundle is None:
         print_error(console, "--workflow-config configures a --bundle; give one")
         return 1
@@ -198,7 +210,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         config=config,
         agent=args.agent if bundle is None else bundle.spec,
         task=args.task, tasks_dir=args.tasks_dir, retention_sec=args.retention_sec,
-        orphan_timeout_sec=args.orphan_timeout,
+        orphan_timeout_sec=args.orphan_timeout, max_retries=args.max_retries,
     )  # fmt: skip
     prewarm_tasks = []
     if args.prewarm:

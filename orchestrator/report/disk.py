@@ -176,6 +176,9 @@ def read_job(job_dir: Path) -> JobOnDisk:
     for chain in chains_of(results):
         for older, newer in pairwise(chain.results):
             superseded_by[older.trial_id] = newer.trial_id
+    for result in results:  # a serve rollout's infra try, rerun under the same rollout id
+        if result.superseded_by is not None:
+            superseded_by[result.trial_id] = result.superseded_by
     ordered = sorted(results, key=lambda r: (r.started_at, r.trial_id))
     locked = lock_held(job_dir / LOCK_FILE)
     unfinished = _unfinished(job_dir, {Path(r.trial_dir).name for r in results})

@@ -64,7 +64,8 @@ def _cancel(rollout: InFlight) -> Disposition:
         return "not_found"
     trial = rollout.trial
     if trial is not None and finishing(trial):
-        return "finishing"  # a cancel now would be ridden out: the outcome stands
+        rollout.no_retry.set()  # the outcome stands: an infra one is not tried again
+        return "finishing"  # a cancel now would be ridden out
     runner.cancel()
     return "cancelled_queued" if trial is None else "cancelled_running"
 

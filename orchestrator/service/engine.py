@@ -40,9 +40,11 @@ from orchestrator.service.admission import Admission, waiting_in
 from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
-from orchestrator.service.job_store import lock_job_dir
+from orchestrator.service.job_record import retry_id
+from orchestrator.service.job_store import lock_job_dir, mark_superseded
 from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
+from orchestrator.service.retries import Backoff, with_retries
 from orchestrator.service.rollouts import Disposition, RolloutRequest, RolloutStatus
 from orchestrator.service.status import live_status, settled_status
 from orchestrator.service.tombstones import (
@@ -85,6 +87,8 @@ class TrialEngine:
         max_long_polls: int = DEFAULT_MAX_LONG_POLLS,
         clock: Callable[[], float] | None = None,
         orphan_timeout_sec: float | None = None,
+        max_retries: int = 0,
+        retry_backoff: Backoff | None = None,
     ) -> None:
         """`abort_tombstone_sec`: how long `abort(scope)` keeps later submits of its scope
         from starting (0: not at all). `max_tombstones`: how many ids cancelled before their
@@ -93,12 +97,19 @@ class TrialEngine:
         retention, tombstones and the orphan timer (tests step it). `orphan_timeout_sec`: a
         live rollout whose id nobody submitted, polled (`status`) or long-polled (`watch`,
         `wait`: held for their whole duration) for that long is cancelled, its status saying
-        why (None, the default: never; see `orphans`)."""
+        why (None, the default: never; see `orphans`). `max_retries`: a rollout whose trial
+        ends in infra is run again under the same rollout id, up to this many more times,
+        waiting `retry_backoff` between (each try its own trial folder, the earlier ones'
+        result.json saying `superseded_by`); the status says which try it is."""
         if n_concurrent < 1:
             raise ValueError("n_concurrent must be at least 1")
+        if max_retries < 0:
+            raise ValueError("max_retries must be 0 or more")
         if max_queue_depth is not None and max_queue_depth < 1:
             raise ValueError("max_queue_depth must be at least 1, or None for no bound")
         self.n_concurrent = n_concurrent
+        self.max_retries = max_retries
+        self.retry_backoff = retry_backoff or Backoff()
         self.max_queue_depth = max_queue_depth
         self.config = config or TrialConfig()
         self.default_agent = agent
@@ -226,10 +237,11 @@ class TrialEngine:
         request = rollout.request
         result: TrialResult | None = None
         try:
-            async with self._slots:
-                rollout.trial = self._trials.new_trial(rollout, lambda: self._grading(rollout))
-                self._watchers.notify(request.rollout_id)  # queued -> running
-                result = await rollout.trial.run()
+            async with self._slots:  # held across a rollout's tries and the waits between
+                result = await with_retries(
+                    lambda: self._try(rollout), max_retries=self.max_retries,
+                    backoff=self.retry_backoff, stopping=rollout.no_retry,
+                )  # fmt: skip
         except asyncio.CancelledError:
             result = rollout.trial.result if rollout.trial is not None else None
             if result is None or result.status not in ("success", "failure", "cancelled"):
@@ -242,6 +254,20 @@ class TrialEngine:
                 result = rollout.result_without_trial(self.job_id)
             self._settle(rollout, result)
 
+    async def _try(self, rollout: InFlight) -> TrialResult:
+        """One try of the rollout in a trial of its own; a try after an infra one gets the
+        next retry id, and the earlier result.json says `superseded_by` it."""
+        if rollout.trial is not None:
+            earlier = rollout.trial.result
+            rollout.retried.append(earlier)
+            rollout.trial_id = retry_id(
+                trial_id_for(rollout.request.rollout_id), len(rollout.retried)
+            )
+            await mark_superseded(earlier, rollout.trial_id)
+        rollout.trial = self._trials.new_trial(rollout, lambda: self._grading(rollout))
+        self._watchers.notify(rollout.request.rollout_id)  # queued -> running, or a retry
+        return await rollout.trial.run()
+
     def _settle_if_live(self, rollout: InFlight) -> None:
         if self._live.get(rollout.request.rollout_id) is rollout:
             self._settle(rollout, rollout.result_without_trial(self.job_id))
@@ -253,7 +279,8 @@ class TrialEngine:
             self._cancel_answers.pop(rollout_id, None)
         self._admission.observe(result)
         self._finished.set(
-            rollout_id, self._orphans.settled(rollout_id, settled_status(rollout_id, result))
+            rollout_id,
+            self._orphans.settled(rollout_id, settled_status(rollout_id, result, rollout.retried)),
         )
         if not rollout.done.done():
             rollout.done.set_result(result)
@@ -268,7 +295,7 @@ class TrialEngine:
         self._orphans.touch(rollout_id)
         rollout = self._live.get(rollout_id)
         if rollout is not None:
-            return live_status(rollout_id, rollout.trial)
+            return live_status(rollout_id, rollout.trial, rollout.retried)
         finished = self._finished.get(rollout_id)
         if finished is not None:
             return finished
@@ -360,6 +387,8 @@ class TrialEngine:
     async def shutdown(self, drain_sec: float = 30.0) -> None:
         """Stop accepting, let live rollouts finish for up to `drain_sec`, then abort the rest."""
         self._closed = True
+        for rollout in self._live.values():
+            rollout.no_retry.set()
         await self._orphans.aclose()
         runners = [r.runner for r in self._live.values() if r.runner is not None]
         if runners:

@@ -12,7 +12,7 @@ Its trial, once it holds a slot, is local (`trials.trial.Trial`) or placed on a 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -37,7 +37,10 @@ class RolloutTrial(Protocol):
 class InFlight:
     """The request with its loaded task and agent; `trial` (local or placed) once it holds a
     slot; `runner`, the task driving it (cancelling it is how a cancel reaches the rollout);
-    `done`, its result once settled."""
+    `done`, its result once settled. With `max_retries`, `retried` holds its earlier tries
+    (each infra, rerun under the same rollout id; `trial_id` is the latest's), and `no_retry`,
+    once set, says no further try starts (a cancel that came while a try was finishing, or
+    the engine shutting down)."""
 
     request: RolloutRequest
     task: Task
@@ -47,6 +50,8 @@ class InFlight:
     trial_id: str
     trial: RolloutTrial | None = None
     runner: asyncio.Task[None] | None = None
+    retried: list[TrialResult] = field(default_factory=list)
+    no_retry: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def running(self) -> bool:

@@ -48,7 +48,7 @@ def chains_of(results: Sequence[TrialResult]) -> list[Chain]:
     for result in results:
         grouped[chain_position(result)[0]].append(result)
     chains = [
-        Chain(base, sorted(members, key=lambda r: chain_position(r)[1]))
+        Chain(base, sorted(members, key=lambda r: (chain_position(r)[1], r.started_at)))
         for base, members in grouped.items()
     ]
     return sorted(chains, key=lambda c: (c.results[0].started_at, c.base_id))

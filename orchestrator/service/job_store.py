@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from orchestrator.common.host_storage import disk_full, host_storage_error
 from orchestrator.common.ids import check_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.service.job_record import JobRecord
+from orchestrator.trials.result import TrialResult
 
 CONFIG_FILE = "config.json"
 JOB_FILE = "job.json"
@@ -43,6 +45,24 @@ async def write_atomic(path: Path, text: str) -> None:
     except OSError:
         await run_blocking(temporary.unlink, missing_ok=True)
         raise
+
+
+async def mark_superseded(earlier: TrialResult, by: str) -> None:
+    """Say in an infra try's result.json which trial reran it (`superseded_by`); a result
+    with no folder here (placed on a node, or never written) is left as it is."""
+    earlier.superseded_by = by
+    if not earlier.trial_dir:
+        return
+    path = Path(earlier.trial_dir) / "result.json"
+    try:  # the file as written (scrubbed of secrets), with the one field added
+        async with aiofiles.open(path, encoding="utf-8") as handle:
+            written = json.loads(await handle.read())
+        written["superseded_by"] = by
+        await write_atomic(path, json.dumps(written, indent=2))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        log.warning("%s: could not say it was superseded by %s (%s)", path, by, exc)
 
 
 def claim_job_dir(jobs_dir: Path, job_id: str, *, resume: bool) -> Path:

@@ -82,6 +82,15 @@ class RolloutRequest(BaseModel):
         return self
 
 
+class RetriedAttempt(BaseModel):
+    """An earlier try of a rollout: infra, discarded and run again under the same id."""
+
+    trial_id: str
+    trial_dir: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+
+
 class RolloutStatus(BaseModel):
     """What GET /rollouts/{id} answers."""
 
@@ -95,6 +104,14 @@ class RolloutStatus(BaseModel):
     finished_at: datetime | None = None
     usage: Usage | None = Field(None, description="Model calls and tokens, once finished.")
     model_limit: str | None = None
+    attempt: int = Field(
+        1,
+        description="Which try of this rollout this is: 1, or more after infra failures "
+        "retried under the same id (`serve --max-retries`).",
+    )
+    retried: list[RetriedAttempt] = Field(
+        default_factory=list, description="The earlier tries, each an infra failure, oldest first."
+    )
 
 
 class CancelRequest(BaseModel):

@@ -97,6 +97,11 @@ class TrialResult(BaseModel):
     started_at: datetime
     finished_at: datetime | None = None
     trial_dir: str
+    superseded_by: str | None = Field(
+        None,
+        description="The trial that reran this infra one under the same rollout id "
+        "(`serve --max-retries`); None: nothing replaced it.",
+    )
     node: NodeInfo | None = Field(
         None,
         description="The cluster node and engine it ran on, when placed on a cluster (Ray); "
