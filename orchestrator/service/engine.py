@@ -26,14 +26,17 @@ cancel names), `callbacks` (the `Outbox` of POSTs on their way) and `orphans` (t
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import time
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Never
 
 from orchestrator.common.ids import check_id, new_id, trial_id_for
+from orchestrator.common.suggest import did_you_mean
 from orchestrator.gateway.server import Gateway
 from orchestrator.sandbox import Backend
 from orchestrator.service.admission import Admission, waiting_in
@@ -41,7 +44,7 @@ from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
 from orchestrator.service.job_record import retry_id
-from orchestrator.service.job_store import lock_job_dir, mark_superseded
+from orchestrator.service.job_store import lock_job_dir, mark_superseded, record_unrun
 from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
 from orchestrator.service.retries import Backoff, with_retries
@@ -67,6 +70,19 @@ CALLBACK_DRAIN_SEC = 30.0
 _engines: weakref.WeakSet[TrialEngine] = weakref.WeakSet()
 
 
+def misplaced_options(given: Iterable[str]) -> str:
+    """What to say of keywords TrialEngine does not take: a trial's option (`jobs_dir`,
+    `limits`, ...) is named as TrialConfig's, a near miss of an engine option as that."""
+    engine_options = [n for n in inspect.signature(TrialEngine).parameters if n != "misplaced"]
+    said = []
+    for name in given:
+        if name in TrialConfig.model_fields:
+            said.append(f"{name} is a TrialConfig option: pass config=TrialConfig({name}=...)")
+        else:
+            said.append(f"TrialEngine has no option {name}{did_you_mean(name, engine_options)}")
+    return "; ".join(said)
+
+
 class TrialEngine:
     """Runs rollouts with bounded concurrency and a bounded queue. Use as an async context."""
 
@@ -89,6 +105,7 @@ class TrialEngine:
         orphan_timeout_sec: float | None = None,
         max_retries: int = 0,
         retry_backoff: Backoff | None = None,
+        **misplaced: Never,
     ) -> None:
         """`abort_tombstone_sec`: how long `abort(scope)` keeps later submits of its scope
         from starting (0: not at all). `max_tombstones`: how many ids cancelled before their
@@ -101,6 +118,8 @@ class TrialEngine:
         ends in infra is run again under the same rollout id, up to this many more times,
         waiting `retry_backoff` between (each try its own trial folder, the earlier ones'
         result.json saying `superseded_by`); the status says which try it is."""
+        if misplaced:
+            raise TypeError(misplaced_options(misplaced))
         if n_concurrent < 1:
             raise ValueError("n_concurrent must be at least 1")
         if max_retries < 0:
@@ -274,6 +293,8 @@ class TrialEngine:
 
     def _settle(self, rollout: InFlight, result: TrialResult) -> None:
         rollout_id = rollout.request.rollout_id
+        if result.status == "cancelled" and not result.trial_dir:  # cancelled while queued
+            result = record_unrun(self.config.jobs_dir, result)
         if self._live.get(rollout_id) is rollout:
             del self._live[rollout_id]
             self._cancel_answers.pop(rollout_id, None)

@@ -63,7 +63,9 @@ class InFlight:
         """The result of a rollout whose trial wrote none: cancelled before it ran, or a bug
         (`message`, an infra error the trainer may discard)."""
         now = datetime.now(UTC)
-        error = None
+        error, warnings = None, []
+        if status == "cancelled":
+            warnings.append("cancelled while queued: its trial never started")
         if message is not None:
             error = TrialError(
                 category="infra", phase="materialize", type="EngineError", message=message,
@@ -73,5 +75,5 @@ class InFlight:
             trial_id=self.trial_id, job_id=job_id, rollout_id=self.request.rollout_id,
             session_id=self.request.session_id, task_name=self.task.name,
             agent_spec=self.agent.spec, attempt=self.attempt, status=status,
-            error=error, started_at=now, finished_at=now, trial_dir="",
+            error=error, warnings=warnings, started_at=now, finished_at=now, trial_dir="",
         )  # fmt: skip

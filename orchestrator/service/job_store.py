@@ -23,6 +23,7 @@ from orchestrator.common.host_storage import disk_full, host_storage_error
 from orchestrator.common.ids import check_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.service.job_record import JobRecord
+from orchestrator.trials.materialize import claim_folder
 from orchestrator.trials.result import TrialResult
 
 CONFIG_FILE = "config.json"
@@ -63,6 +64,24 @@ async def mark_superseded(earlier: TrialResult, by: str) -> None:
         return
     except (OSError, ValueError) as exc:
         log.warning("%s: could not say it was superseded by %s (%s)", path, by, exc)
+
+
+def record_unrun(jobs_dir: Path, result: TrialResult) -> TrialResult:
+    """Give a rollout cancelled before its trial ran a folder with its result.json, so the
+    report, `view` and `export` list it as cancelled under its id instead of losing it. A
+    folder the host refuses is logged, and the result kept in memory only."""
+    job_dir = jobs_dir / result.job_id
+    try:
+        trial_id = claim_folder(job_dir, result.trial_id)
+        folder = job_dir / trial_id
+        recorded = result.model_copy(update={"trial_id": trial_id, "trial_dir": str(folder)})
+        temporary = folder / "result.json.tmp"
+        temporary.write_text(recorded.model_dump_json(indent=2), encoding="utf-8")
+        os.replace(temporary, folder / "result.json")
+    except (OSError, ValueError) as exc:
+        log.warning("%s: could not record cancelled rollout %s (%s)", job_dir, result.trial_id, exc)
+        return result
+    return recorded
 
 
 def claim_job_dir(jobs_dir: Path, job_id: str, *, resume: bool) -> Path:

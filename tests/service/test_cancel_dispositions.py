@@ -295,3 +295,32 @@ async def test_a_cancel_anywhere_across_the_end_of_verification_answers_how_the_
             hops = hops + 1 if hops < 8 else hops * 3 // 2
 
     assert {"cancelled_running", "finishing"} <= set(answers.values()), answers
+
+
+async def test_a_rollout_cancelled_while_queued_is_on_disk_as_cancelled(tmp_path: Path) -> None:
+    """It never ran, yet it is a folder with its result.json (status cancelled, a warning
+    saying so), so the report, `view` and `export` list it under its id."""
+    from orchestrator.report.disk import read_job
+    from orchestrator.report.export import rows_of
+
+    backend = HeldBackend()
+    held = backend.hold("runs", "agent")
+    async with serving(tmp_path, backend, n_concurrent=1) as engine:
+        await engine.submit(RolloutRequest(rollout_id="runs"))
+        await held.until_reached()
+        await engine.submit(RolloutRequest(rollout_id="waits"))
+        assert await engine.cancel(ids=["waits"]) == {"waits": "cancelled_queued"}
+        status = engine.status("waits")
+        held.go.set()
+        await engine.wait("runs")
+        job = read_job(tmp_path / "jobs" / engine.job_id)
+
+    assert status.status == "cancelled" and status.trial_dir is not None
+    on_disk = TrialResult.model_validate_json((Path(status.trial_dir) / "result.json").read_text())
+    assert (on_disk.rollout_id, on_disk.status) == ("waits", "cancelled")
+    assert on_disk.warnings == ["cancelled while queued: its trial never started"]
+    assert {(r.rollout_id, r.status) for r in job.last_results} == {
+        ("runs", "success"),
+        ("waits", "cancelled"),
+    }
+    assert {row.rollout_id for row in rows_of(job)} == {"runs", "waits"}
