@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.common.atomic_write import write_atomic
 from orchestrator.common.host_storage import host_storage_error
 from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
@@ -34,7 +35,6 @@ from orchestrator.service.job_store import (
     JobStore,
     claim_job_dir,
     lock_job_dir,
-    write_atomic,
 )
 from orchestrator.service.retries import Backoff, with_retries
 from orchestrator.service.rollouts import RolloutRequest

@@ -19,9 +19,9 @@ from pathlib import Path
 import aiofiles
 import aiofiles.os
 
+from orchestrator.common.atomic_write import write_atomic, write_atomic_sync
 from orchestrator.common.host_storage import disk_full, host_storage_error
 from orchestrator.common.ids import check_id
-from orchestrator.common.offload import run_blocking
 from orchestrator.service.job_record import JobRecord
 from orchestrator.trials.materialize import claim_folder
 from orchestrator.trials.result import TrialResult
@@ -31,21 +31,6 @@ JOB_FILE = "job.json"
 LOCK_FILE = ".lock"
 
 log = logging.getLogger(__name__)
-
-
-async def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, flush it to disk, then replace `path`;
-    a write that fails leaves `path` as it was and no temporary."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        async with aiofiles.open(temporary, "w", encoding="utf-8") as out:
-            await out.write(text)
-            await out.flush()
-            await run_blocking(os.fsync, out.fileno())
-        await aiofiles.os.replace(temporary, path)
-    except OSError:
-        await run_blocking(temporary.unlink, missing_ok=True)
-        raise
 
 
 async def mark_superseded(earlier: TrialResult, by: str) -> None:
@@ -75,9 +60,7 @@ def record_unrun(jobs_dir: Path, result: TrialResult) -> TrialResult:
         trial_id = claim_folder(job_dir, result.trial_id)
         folder = job_dir / trial_id
         recorded = result.model_copy(update={"trial_id": trial_id, "trial_dir": str(folder)})
-        temporary = folder / "result.json.tmp"
-        temporary.write_text(recorded.model_dump_json(indent=2), encoding="utf-8")
-        os.replace(temporary, folder / "result.json")
+        write_atomic_sync(folder / "result.json", recorded.model_dump_json(indent=2))
     except (OSError, ValueError) as exc:
         log.warning("%s: could not record cancelled rollout %s (%s)", job_dir, result.trial_id, exc)
         return result

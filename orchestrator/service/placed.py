@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.common.archive import extract_stream, tar_of_dir
+from orchestrator.common.atomic_write import write_atomic_sync
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import ride_out_cancels
@@ -154,9 +155,7 @@ class PlacedTrial:
     def _write_result(self) -> None:
         """Whole or not at all, as a local trial writes it."""
         self.trial_dir.mkdir(parents=True, exist_ok=True)
-        partial = self.trial_dir / f".result.json.{os.getpid()}"
-        partial.write_text(self.result.model_dump_json(indent=2), encoding="utf-8")
-        os.replace(partial, self.trial_dir / "result.json")
+        write_atomic_sync(self.trial_dir / "result.json", self.result.model_dump_json(indent=2))
 
 
 def _error_of(exc: Exception, phase: str) -> TrialError:

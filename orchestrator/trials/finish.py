@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Coroutine, Iterator
@@ -23,6 +22,7 @@ from typing import Any
 
 import aiofiles
 
+from orchestrator.common.atomic_write import write_atomic
 from orchestrator.common.errors import (
     AgentResourceError,
     ModelUnavailableError,
@@ -283,11 +283,4 @@ class TrialFinish:
         no temporary either."""
         await run_blocking(self.trial_dir.mkdir, parents=True, exist_ok=True)
         text = self.scrubber.text(self.result.model_dump_json(indent=2))
-        partial = self.trial_dir / f".result.json.{os.getpid()}"
-        try:
-            async with aiofiles.open(partial, "w", encoding="utf-8") as out:
-                await out.write(text)
-            await run_blocking(os.replace, partial, self.trial_dir / "result.json")
-        except OSError:
-            await run_blocking(partial.unlink, missing_ok=True)
-            raise
+        await write_atomic(self.trial_dir / "result.json", text)

@@ -215,6 +215,8 @@ async def test_an_unknown_id_is_unknown(make_engine: MakeEngine) -> None:
             "finished_at": None,
             "usage": None,
             "model_limit": None,
+            "attempt": 1,
+            "retried": [],
         }
 
 

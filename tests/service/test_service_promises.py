@@ -143,7 +143,7 @@ async def held_blocker(client: httpx.AsyncClient, docker_client: docker.DockerCl
 
 def trial_dirs(config: TrialConfig, engine: TrialEngine) -> list[Path]:
     """The job folder's trial folders (its lock file is not one)."""
-    return sorted(p for p in (config.jobs_dir / engine.job_id).iterdir() if p.is_dir())
+    return sorted(p for p in (config.jobs_dir / engine.job_id).glob("*") if p.is_dir())
 
 
 # -- 1. sizes --------------------------------------------------------------------------------
