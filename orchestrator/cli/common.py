@@ -15,7 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
-from orchestrator.gateway.settings import DEFAULT_KEY_ENV, ModelConfig, ModelLimits, Sampling
+from orchestrator.cli.settings import sampling_of
+from orchestrator.gateway.sampling import (
+    Sampling,
+    check_extra_keys,
+    check_sampling_keys,
+    sampling_problem,
+)
+from orchestrator.gateway.settings import DEFAULT_KEY_ENV, ModelConfig, ModelLimits
 from orchestrator.tasks.task import (
     Task,
     discover_tasks,
@@ -205,6 +212,24 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--temperature", type=float)
     group.add_argument("--top-p", type=float)
     group.add_argument("--max-tokens", type=int, help="per model call")
+    group.add_argument(
+        "--sampling",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a sampling setting sent with each model call the agent does not set itself, "
+        "VALUE as JSON or text: top_k=20, min_p=0.05, stop=</answer> (repeatable; "
+        "docs/sampling.md lists the keys and their ranges)",
+    )
+    group.add_argument(
+        "--extra-sampling-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a sampling key trialbox does not check, sent to the upstream as a request gives "
+        "it (repeatable); any other unknown key in a rollout's sampling is refused "
+        "(docs/sampling.md lists the known ones)",
+    )
     group.add_argument("--max-model-calls", type=int, help="per trial; past it the agent gets 403")
     group.add_argument(
         "--max-model-tokens", type=int, help="prompt plus completion tokens per trial"
@@ -223,14 +248,34 @@ def model_of(args: Any) -> ModelConfig | None:
         return None
     if name is None or url is None:
         raise ValueError("give both --model NAME and --model-url URL")
+    sampling, extra = sampling_from(args), getattr(args, "extra_sampling_key", None) or []
+    check_extra_keys(extra)
+    check_sampling_keys(sampling, extra, "--sampling ")  # said as the user gave it
     return ModelConfig(
         name=name, base_url=url, api_key_env=args.model_key_env, max_turns=args.max_turns,
-        request_token_ids=args.token_ids,
-        sampling=Sampling(temperature=args.temperature, top_p=args.top_p,
-                          max_tokens=args.max_tokens),
+        request_token_ids=args.token_ids, extra_sampling_keys=extra, sampling=sampling,
         limits=ModelLimits(max_calls=args.max_model_calls,
                            max_total_tokens=args.max_model_tokens),
     )  # fmt: skip
+
+
+def sampling_from(args: Any) -> Sampling:
+    """--sampling's settings with --temperature, --top-p and --max-tokens; a key given both
+    ways is an error, since neither place would say which wins."""
+    given = sampling_of(getattr(args, "sampling", None) or [])
+    assert isinstance(given, dict)
+    flags = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens}
+    for key, value in flags.items():
+        if value is not None and key in given:
+            flag = "--" + key.replace("_", "-")
+            raise ValueError(f"{key} is given by {flag} and by --sampling: give it once")
+    values = {**given, **{k: v for k, v in flags.items() if v is not None}}
+    problem = sampling_problem(values)
+    if problem is not None:
+        key = problem.partition(":")[0].partition(".")[0]
+        flag = "--" + key.replace("_", "-") if flags.get(key) is not None else "--sampling"
+        raise ValueError(f"{flag}: {problem}")
+    return Sampling.model_validate(values)
 
 
 def add_base_image_option(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,9 @@ from pydantic_settings import (
 )
 
 from orchestrator.common.suggest import did_you_mean
+from orchestrator.gateway.sampling import sampling_problem
 from orchestrator.gateway.settings import DEFAULT_KEY_ENV
+from orchestrator.gateway.strict_json import NonFiniteNumber, loads_strict
 from orchestrator.trials.bundle_agent import CONFIG_MARK
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV
 
@@ -56,7 +58,8 @@ _FILE_SOURCES = {
 class RunOptions(BaseModel):
     """Every option of `trialbox run` (the defaults are the command's)."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    # No NaN or Infinity (a TOML job file can write them): no model setting takes one.
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
     path: Path | None = None
     task_id: list[str] = Field(default_factory=list)
@@ -87,12 +90,14 @@ class RunOptions(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    extra_sampling_key: list[str] = Field(default_factory=list)
     max_model_calls: int | None = None
     max_model_tokens: int | None = None
     token_ids: bool = False
     no_model_check: bool = False
 
-    @field_validator("task_id", "exclude_task", "base_image", mode="before")
+    @field_validator("task_id", "exclude_task", "base_image", "extra_sampling_key", mode="before")
     @classmethod
     def _one_string_is_a_list(cls, value: object) -> object:
         """A variable (or a file's string) holds a list as JSON or comma-separated."""
@@ -101,6 +106,16 @@ class RunOptions(BaseModel):
         if value.lstrip().startswith("["):
             return json.loads(value)
         return [item.strip() for item in value.split(",") if item.strip()]
+
+    @field_validator("sampling", mode="before")
+    @classmethod
+    def _sampling_pairs(cls, value: object) -> object:
+        found = sampling_of(value)
+        # The values here; the keys with the model's settings (extra_sampling_key).
+        problem = sampling_problem(found) if isinstance(found, dict) else None
+        if problem is not None:
+            raise ValueError(problem)
+        return found
 
     def agent_spec(self) -> str:
         """--agent, with --workflow-config as the bundle spec's `?config=`: the job's
@@ -119,10 +134,34 @@ class RunOptions(BaseModel):
         return {_KEY_OF_FIELD.get(name, name): value for name, value in data.items()}
 
 
+def sampling_of(value: object) -> object:
+    """Sampling settings as a mapping: from --sampling KEY=VALUE items (VALUE read as JSON,
+    else as text: `top_k=20`, `stop=</answer>`), or a variable's JSON object; a job file's
+    table is one already. The keys and values are checked by `Sampling`."""
+    if isinstance(value, str):
+        if not value.lstrip().startswith("{"):
+            raise ValueError('a JSON object, e.g. {"top_k": 20, "min_p": 0.05}')
+        return loads_strict(value)
+    if not isinstance(value, list):
+        return value
+    found: dict[str, Any] = {}
+    for item in value:
+        key, eq, text = str(item).partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"{item!r}: give KEY=VALUE, e.g. top_k=20")
+        try:
+            found[key.strip()] = loads_strict(text)
+        except NonFiniteNumber:
+            raise ValueError(f"{key.strip()}: {text} is not a finite number") from None
+        except ValueError:  # not JSON: the text itself, as for stop=</answer>
+            found[key.strip()] = text
+    return found
+
+
 class RunSettings(BaseSettings, RunOptions):
     """The merged options; build with `load_settings`."""
 
-    model_config = SettingsConfigDict(extra="forbid", protected_namespaces=())
+    model_config = SettingsConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
 
 def env_name(field: str) -> str:
@@ -183,7 +222,8 @@ def _check(values: dict[str, Any], where: Any) -> None:
     except ValidationError as exc:
         error = exc.errors()[0]
         field = str(error["loc"][0]) if error["loc"] else ""
-        raise ValueError(f"{where(field)}: {error['msg']}") from None
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{where(field)}: {message}") from None
 
 
 def load_settings(

@@ -30,9 +30,11 @@ from aiohttp import web
 
 from orchestrator.common.offload import run_blocking
 from orchestrator.gateway.record import Exchange
+from orchestrator.gateway.sampling import agent_sampling_problem
 from orchestrator.gateway.settings import ModelConfig
 from orchestrator.gateway.slot import Slot
 from orchestrator.gateway.stream import ChunkAssembler
+from orchestrator.gateway.strict_json import NonFiniteNumber, loads_strict
 
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
@@ -48,8 +50,11 @@ _OWN_HEADERS = {
 CLOSE_WITHIN_SEC = 2.0
 
 
-def _error(status: int, message: str, kind: str, code: str | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "code": code}}
+def _error(
+    status: int, message: str, kind: str, code: str | None = None, param: str | None = None
+) -> web.Response:
+    """OpenAI's error body; `param` names the request field at fault, as OpenAI's does."""
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return web.json_response(body, status=status)
 
 
@@ -220,15 +225,21 @@ class Gateway:
         try:
             # A long context is megabytes of JSON: parsed off the loop every trial shares.
             body = (
-                await run_blocking(json.loads, raw or b"{}")
+                await run_blocking(loads_strict, raw or b"{}")
                 if len(raw) > 1 << 20
-                else (json.loads(raw or b"{}"))
+                else loads_strict(raw or b"{}")
             )
             if not isinstance(body, dict):
                 raise ValueError("the body is not a JSON object")
         except ValueError as exc:
+            param = exc.path or None if isinstance(exc, NonFiniteNumber) else None
             exchange.status_code, exchange.error = 400, f"bad request body: {exc}"
-            return _error(400, exchange.error, "invalid_request_error")
+            return _error(400, exchange.error, "invalid_request_error", param=param)
+        problem = agent_sampling_problem(body)
+        if problem is not None:  # the checks the trainer's own sampling defaults pass
+            param, why = problem
+            exchange.status_code, exchange.error = 400, f"bad request body: {why}"
+            return _error(400, exchange.error, "invalid_request_error", param=param)
         body = self._prepared(slot, body)
         exchange.request = body
         exchange.streamed = bool(body.get("stream"))

@@ -10,30 +10,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from orchestrator.gateway.sampling import Sampling, check_extra_keys, check_sampling_keys
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 """The config of every model a request or a settings file fills: unknown keys and non-finite
 numbers (NaN, Infinity, 1e999) are refused, naming the field, since JSON cannot carry them."""
-
-
-class Sampling(BaseModel):
-    """Sampling settings added to each request the agent does not set itself."""
-
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
-
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    seed: int | None = None
-
-    def as_body(self) -> dict[str, Any]:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
 class ModelLimits(BaseModel):
@@ -64,6 +49,11 @@ class ModelConfig(BaseModel):
         repr=False,
     )
     api_key_env: str = Field(DEFAULT_KEY_ENV, description="Where the key comes from.")
+    extra_sampling_keys: list[str] = Field(
+        default_factory=list,
+        description="Sampling keys trialbox does not know, sent to the upstream as given "
+        "(still strict JSON); any other unknown key in `sampling` or a rollout's is refused.",
+    )
     sampling: Sampling = Field(default_factory=Sampling)
     limits: ModelLimits = Field(default_factory=ModelLimits)
     max_turns: int | None = Field(None, ge=1, description="For the built-in shell agent.")
@@ -73,6 +63,23 @@ class ModelConfig(BaseModel):
         "logprobs), so the trajectory carries the exact tokens for RL.",
     )
     upstream_timeout_sec: float = Field(600.0, gt=0, description="One upstream request.")
+
+    @field_validator("extra_sampling_keys")
+    @classmethod
+    def _usable_keys(cls, keys: list[str]) -> list[str]:
+        check_extra_keys(keys)
+        return keys
+
+    @model_validator(mode="after")
+    def _known_sampling(self) -> ModelConfig:
+        check_sampling_keys(self.sampling, self.extra_sampling_keys, "sampling.")
+        return self
+
+    def check_override(self, override: ModelOverride | None) -> None:
+        """Refuse (ValueError) a rollout's sampling key this config does not let through,
+        named as the request's `model.sampling.KEY`."""
+        if override is not None and override.sampling is not None:
+            check_sampling_keys(override.sampling, self.extra_sampling_keys, "model.sampling.")
 
     @model_validator(mode="after")
     def _key_from_env(self) -> ModelConfig:
@@ -85,6 +92,7 @@ class ModelConfig(BaseModel):
         """This config with a rollout's overrides applied."""
         if override is None:
             return self
+        self.check_override(override)
         update: dict[str, Any] = {}
         if override.name is not None:
             update["name"] = override.name

@@ -37,12 +37,16 @@ class TrialMaker:
 
     def check_model(self, request: RolloutRequest) -> None:
         """Refuse (`ValueError`) a rollout's model override when the engine has no model
-        settings for it to override."""
-        if request.model is not None and self.config.model is None:
+        settings for it to override, or when it sets a sampling key they do not let through
+        (at submit, so the client gets a 422, not a trial that fails later)."""
+        if request.model is None:
+            return
+        if self.config.model is None:
             raise ValueError(
                 "this engine has no model settings (TrialConfig.model, or --model and "
                 "--model-url): a rollout cannot override them"
             )
+        self.config.model.check_override(request.model)
 
     def new_trial(self, rollout: InFlight, on_grading: Callable[[], None]) -> RolloutTrial:
         """The rollout's trial: on a cluster node when the backend places trials, else here.
