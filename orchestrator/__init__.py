@@ -4,8 +4,8 @@ result = await run_trial("examples/hello-oracle", "oracle")
 job = await run_job(["examples/hello-oracle"], "oracle", attempts=3)
 async with TrialEngine(n_concurrent=8) as engine: await engine.submit(RolloutRequest(...))
 
-Everything the README teaches is importable from here; the subpackages are the layout
-(`docs/architecture.md`), not the interface.
+Everything README.md and docs/python.md teach is importable from here; the subpackages are the
+layout (`docs/architecture.md`), not the interface.
 """
 
 from __future__ import annotations

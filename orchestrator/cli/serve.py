@@ -51,7 +51,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Serve POST /rollouts (202, or 429 with Retry-After when full), "
         "GET /rollouts/{id} (?wait=N: a long poll), POST /rollouts/cancel and GET /healthz; "
         "POST /rollout, GET /rollout/{id}/status and POST /rollout/cancel are aliases. "
-        f"Cancel is guarded by ${TOKEN_ENV} and tenant tokens (README, 'Serving rollouts').",
+        f"Cancel is guarded by ${TOKEN_ENV} and tenant tokens (docs/serving.md, 'Who may cancel').",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--task", type=Path, help="template mode: the task every rollout runs")

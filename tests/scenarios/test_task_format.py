@@ -1,4 +1,4 @@
-"""task.toml settings the README documents, run end to end: a prebuilt image, the verifier's
+"""task.toml settings docs/tasks.md documents, run end to end: a prebuilt image, the verifier's
 environment, and the root-only /tests an agent's leftover processes cannot read."""
 
 from __future__ import annotations
