@@ -14,6 +14,9 @@ The promises:
   once when its Content-Length says so (nothing of it is read), else as soon as the bytes
   read pass the limit (a chunked body is counted as it streams). A rollout whose `metadata`
   is over `max_metadata_bytes` (256 KiB) as compact UTF-8 JSON is answered 413 naming it.
+- Echoes. A 422 shows each refused input cut to 256 characters of its JSON (with a note), at
+  most 20 errors (echo.py). Connection limits (header time, idle, max connections) are the
+  protocol's, not the app's: http_protocol.py.
 - Submit is idempotent per rollout id. An id in flight answers 409 with its live status; an
   id that finished within retention answers 200 with its status document and is not run
   again; an id tombstoned (below) answers 409, its document reading `cancelled`.
