@@ -166,6 +166,16 @@ def test_serve_refuses_a_limit_flag_that_is_not_positive_naming_it(
     assert f"{flag} must be" in said.out + said.err
 
 
+def test_serve_flags_become_the_limits_and_omitted_ones_the_defaults() -> None:
+    from orchestrator.cli import build_parser
+    from orchestrator.cli.serve import connection_limits
+
+    given = ["serve", "--header-timeout", "0.5", "--max-connections", "7"]
+    limits = connection_limits(build_parser().parse_args(given))
+    assert limits == HttpLimits(header_timeout=0.5, keep_alive_timeout=5.0, max_connections=7)
+    assert connection_limits(build_parser().parse_args(["serve"])) == HttpLimits()
+
+
 # -- header time and idle connections --------------------------------------------------------
 
 
