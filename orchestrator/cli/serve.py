@@ -21,6 +21,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.dataset_checks import check_base_images, serve_tasks
 from orchestrator.service.engine import DEFAULT_RETENTION_SEC
+from orchestrator.service.http_limits import HttpLimits
 from orchestrator.service.rollouts import MAX_BODY_BYTES, MAX_METADATA_BYTES
 from orchestrator.trials.bundle_agent import BundleAgent
 
@@ -155,11 +156,59 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="a bearer token that may cancel rollouts whose id starts with PREFIX, and only "
         f"those (repeatable; also ${TENANT_TOKENS_ENV}='p1=t1,p2=t2')",
     )
+    add_connection_options(parser)
     add_config_options(parser)
     add_sandbox_options(parser)
     add_model_options(parser)
     add_ray_options(parser)
     parser.set_defaults(handler=handle)
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """The HTTP connection limits (docs/serving.md, 'Connection limits')."""
+    default = HttpLimits()
+    group = parser.add_argument_group("connection limits")
+    group.add_argument(
+        "--header-timeout",
+        type=float,
+        default=default.header_timeout,
+        metavar="SEC",
+        help="a request head not complete SEC seconds after its first byte, or a body that "
+        f"sends nothing for SEC seconds, is answered 408 and closed (default: "
+        f"{default.header_timeout:g})",
+    )
+    group.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=default.keep_alive_timeout,
+        metavar="SEC",
+        help="a connection with no request under way is closed after SEC seconds "
+        f"(default: {default.keep_alive_timeout:g})",
+    )
+    group.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="connections served at once; more are answered 503 with Retry-After (default: "
+        f"{default.max_connections} here: 1000, or a quarter of `ulimit -n` when lower)",
+    )
+
+
+def connection_limits(args: argparse.Namespace) -> HttpLimits:
+    """`HttpLimits` of the flags; a ValueError naming the flag when one is not above 0."""
+    flags = {
+        "header_timeout": ("--header-timeout", args.header_timeout),
+        "keep_alive_timeout": ("--keep-alive-timeout", args.keep_alive_timeout),
+        "max_connections": ("--max-connections", args.max_connections),
+    }
+    for flag, value in flags.values():
+        if value is not None and not value > 0:  # also NaN
+            raise ValueError(f"{flag} must be more than 0 (got {value:g})")
+        if isinstance(value, float) and value == float("inf"):
+            raise ValueError(f"{flag} must be a finite number of seconds (got inf)")
+    given = {name: value for name, (_flag, value) in flags.items() if value is not None}
+    return HttpLimits(**given)
 
 
 def bundle_agent(args: argparse.Namespace) -> BundleAgent:
@@ -171,8 +220,7 @@ def bundle_agent(args: argparse.Namespace) -> BundleAgent:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     try:
-        import uvicorn
-
+        from orchestrator.service.http_protocol import serve_app
         from orchestrator.service.server import create_app
     except ImportError:
         print_error(console, "serving needs the extra: pip install 'trialbox[serve]'")
@@ -196,6 +244,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         return 1
     try:
         tenants = tenant_tokens(os.environ.get(TENANT_TOKENS_ENV), args.tenant_token)
+        limits = connection_limits(args)
     except ValueError as exc:
         print_error(console, str(exc))
         return 1
@@ -237,5 +286,5 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True
     )
     announce_job(engine.job_id, engine.config.owner)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    serve_app(app, host=args.host, port=args.port, limits=limits)
     return 0

@@ -14,6 +14,9 @@ The promises:
   once when its Content-Length says so (nothing of it is read), else as soon as the bytes
   read pass the limit (a chunked body is counted as it streams). A rollout whose `metadata`
   is over `max_metadata_bytes` (256 KiB) as compact UTF-8 JSON is answered 413 naming it.
+- Echoes. A 422 shows each refused input cut to 256 characters of its JSON (with a note), at
+  most 20 errors (echo.py). Connection limits (header time, idle, max connections) are the
+  protocol's, not the app's: http_protocol.py.
 - Submit is idempotent per rollout id. An id in flight answers 409 with its live status; an
   id that finished within retention answers 200 with its status document and is not run
   again; an id tombstoned (below) answers 409, its document reading `cancelled`.
@@ -41,7 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -58,6 +60,7 @@ from orchestrator.common.errors import TaskError, TrialboxError
 from orchestrator.common.ids import ROLLOUT_ID_PATTERN
 from orchestrator.sandbox.reclaim import reclaim_dead
 from orchestrator.service.auth import Tokens, scope_of
+from orchestrator.service.echo import shown, validation_errors
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.guards import BodyLimit, json_size, url_under
 from orchestrator.service.prewarm import PrewarmRow, prewarm
@@ -95,23 +98,9 @@ def _document(status: RolloutStatus, **extra: Any) -> dict[str, Any]:
     return {**extra, **status.model_dump(mode="json")}
 
 
-def _json_safe(value: Any) -> Any:
-    """An error's echoed input as strict JSON: a non-finite float as its name ("NaN"), so
-    the 422 itself can be encoded (it was a 500)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 async def _invalid(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [{**e, "input": _json_safe(e.get("input"))} for e in exc.errors()]
-    errors = [{k: v for k, v in e.items() if k != "ctx"} for e in errors]
-    return JSONResponse({"detail": errors}, status_code=422)
+    return JSONResponse(validation_errors(exc.errors()), status_code=422)
 
 
 def create_app(
@@ -146,7 +135,9 @@ def create_app(
     def check_request(request: RolloutRequest) -> None:
         if request.agent is not None and request.agent not in allowed_agents:
             raise HTTPException(
-                422, f"agent {request.agent!r} is not offered here; one of {sorted(allowed_agents)}"
+                422,
+                f"agent {shown(repr(request.agent))} is not offered here; "
+                f"one of {sorted(allowed_agents)}",
             )
         if request.task is not None and not task_paths:
             raise HTTPException(
@@ -156,8 +147,8 @@ def create_app(
         if url is not None and not any(url_under(url, prefix) for prefix in model_urls):
             raise HTTPException(
                 422,
-                f"model.base_url {url!r} is not allowed here (the server sends its model key "
-                "there); start the server with --allow-model-url PREFIX",
+                f"model.base_url {shown(repr(url))} is not allowed here (the server sends its "
+                "model key there); start the server with --allow-model-url PREFIX",
             )
 
     @asynccontextmanager
@@ -259,7 +250,7 @@ def create_app(
         if request.ids is not None:
             bad = [i for i in request.ids if not re.fullmatch(ROLLOUT_ID_PATTERN, i)]
             if bad:
-                raise HTTPException(422, f"invalid rollout ids: {bad[:5]}")
+                raise HTTPException(422, f"invalid rollout ids: {shown(repr(bad[:5]))}")
         within = scope_of(caller, request)
         try:
             dispositions = engine.cancel_nowait(

@@ -76,7 +76,8 @@ def test_help_documents_every_option() -> None:
         "prewarm": ["--base-image", "--max-parallel", "--task-id"],
         "serve": ["--task", "--tasks-dir", "--host", "--port", "--agent", "--allow-agent",
                   "--allow-task-paths", "--n-concurrent", "--max-queue-depth",
-                  "--retention-sec", "--drain-sec", "--prewarm"],
+                  "--retention-sec", "--drain-sec", "--prewarm", "--header-timeout",
+                  "--keep-alive-timeout", "--max-connections"],
     }.items():  # fmt: skip
         shown = trialbox(command, "--help")
         assert shown.returncode == 0
