@@ -143,19 +143,6 @@ async def agent_of(slot: Slot, token: str | None = None) -> AsyncIterator[Agent]
         await agent.aclose()
 
 
-@pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    async with Gateway() as gw:
-        yield gw
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[StandIn]:
-    """A stand-in that answers "hello there" to every chat call."""
-    async with StandIn(Reply(content="hello there")) as server:
-        yield server
-
-
 @contextlib.asynccontextmanager
 async def standin(policy: Any) -> AsyncIterator[StandIn]:
     async with StandIn(policy) as server:

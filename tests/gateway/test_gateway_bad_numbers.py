@@ -6,7 +6,6 @@ agent's own and still pass. The stand-in upstream on 127.0.0.1; no Docker."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,21 +14,9 @@ from orchestrator.gateway.sampling import Sampling
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.slot import Slot
 from tests.gateway.test_gateway import CHAT_PATH, ROLLOUT, TRIAL, Agent, agent_of, model_config
-from tests.support.standin import Reply, StandIn
+from tests.support.standin import StandIn
 
 MESSAGES = '"messages": [{"role": "user", "content": "hi"}]'
-
-
-@pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    async with Gateway() as gw:
-        yield gw
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[StandIn]:
-    async with StandIn(Reply(content="hello there")) as server:
-        yield server
 
 
 async def post_raw(agent: Agent, raw: bytes) -> tuple[int, Any]:

@@ -4,6 +4,7 @@ waits on states (a status, a running sandbox), never on sleeps."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -127,3 +128,16 @@ def open_app(engine: TrialEngine, **kwargs: Any) -> Any:
     kwargs.setdefault("agents", [LONG, HELD, "nop", "oracle"])
     kwargs.setdefault("task_paths", True)
     return create_app(engine, **kwargs)
+
+
+def read_response(conn: socket.socket) -> bytes:
+    """What the server sent until it closed (a reset after the answer is an end too)."""
+    received = b""
+    while True:
+        try:
+            data = conn.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not data:
+            return received
+        received += data

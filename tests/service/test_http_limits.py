@@ -32,6 +32,7 @@ from orchestrator.service.http_protocol import protocol_for
 from orchestrator.service.server import create_app
 from tests.conftest import write_task
 from tests.jobs.helpers import QUICK, fake_config
+from tests.service.conftest import read_response
 
 Serve = Callable[..., int]
 SOCKET_TIMEOUT = 10.0  # no recv in these tests waits longer than this
@@ -84,19 +85,6 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
 def connected(port: int) -> Iterator[socket.socket]:
     with socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT) as conn:
         yield conn
-
-
-def until_closed(conn: socket.socket) -> bytes:
-    """What the server sent until it closed its side (a reset is a close too)."""
-    received = b""
-    while True:
-        try:
-            data = conn.recv(65536)
-        except ConnectionResetError:
-            return received
-        if not data:
-            return received
-        received += data
 
 
 def one_response(conn: socket.socket) -> tuple[int, dict[str, str], bytes]:
@@ -184,7 +172,7 @@ def test_half_a_head_is_answered_408_within_the_header_timeout(serve: Serve) -> 
     with connected(port) as conn:
         started = time.monotonic()
         conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")  # no blank line: never complete
-        answer = until_closed(conn)
+        answer = read_response(conn)
         took = time.monotonic() - started
     assert status_of(answer) == 408
     assert "--header-timeout" in body_of(answer)["detail"]
@@ -207,7 +195,7 @@ def test_a_head_that_keeps_trickling_still_has_its_deadline(serve: Serve) -> Non
                     break
         except OSError:  # answered and closed while sending
             pass
-        answer = until_closed(conn)
+        answer = read_response(conn)
         took = time.monotonic() - started
     assert status_of(answer) == 408
     assert sent < len(head) and took < 3.0, (sent, took)
@@ -219,7 +207,7 @@ def test_a_connection_that_sends_nothing_is_closed_silently_after_the_keep_alive
     port = serve(header_timeout=5, keep_alive_timeout=0.5)
     with connected(port) as conn:
         started = time.monotonic()
-        answer = until_closed(conn)
+        answer = read_response(conn)
         took = time.monotonic() - started
     assert answer == b""  # no unasked 408: a client's pool retries a closed idle connection
     assert 0.4 <= took < 3.0, took
@@ -232,7 +220,7 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_keep_alive(serve: Ser
         status, headers, _ = one_response(conn)
         assert status == 200 and headers.get("connection") != "close"
         idle_from = time.monotonic()
-        rest = until_closed(conn)
+        rest = read_response(conn)
         took = time.monotonic() - idle_from
     assert rest == b""
     assert 0.4 <= took < 3.0, took
@@ -269,7 +257,7 @@ def test_a_body_that_stops_is_answered_408(serve: Serve) -> None:
             b'Content-Length: 100\r\n\r\n{"rollout_id"'
         )
         started = time.monotonic()
-        answer = until_closed(conn)
+        answer = read_response(conn)
         took = time.monotonic() - started
     assert status_of(answer) == 408
     assert "body stopped arriving" in body_of(answer)["detail"]
@@ -301,7 +289,7 @@ def test_over_max_connections_the_answer_is_503_with_retry_after_and_a_close(
             assert one_response(conn)[0] == 200
         with connected(port) as third:
             third.sendall(HEALTHZ)
-            answer = until_closed(third)  # closed by the server after its answer
+            answer = read_response(third)  # closed by the server after its answer
         assert status_of(answer) == 503
         head = answer.partition(b"\r\n\r\n")[0].lower()
         assert b"retry-after: 1" in head and b"connection: close" in head
@@ -323,10 +311,10 @@ def test_past_twice_max_connections_a_new_connection_is_closed_at_once(serve: Se
         # twice the limit (3 > 2) and is not kept at all.
         with connected(port) as third:
             started = time.monotonic()
-            assert until_closed(third) == b""
+            assert read_response(third) == b""
             assert time.monotonic() - started < 3.0  # not the 30 s keep-alive
         waiting.sendall(HEALTHZ)
-        assert status_of(until_closed(waiting)) == 503
+        assert status_of(read_response(waiting)) == 503
 
 
 # -- what a 422 echoes ------------------------------------------------------------------------

@@ -63,6 +63,18 @@ async def settled(engine: TrialEngine, rollout_id: str) -> RolloutStatus:
     return engine.status(rollout_id)
 
 
+async def run_one(
+    tmp_path: Path, backend: FailingBackend, rollout_id: str, **engine_options: Any
+) -> tuple[TrialEngine, RolloutStatus]:
+    """Submit one rollout to a fresh engine and read its status once it has settled."""
+    engine = engine_on(tmp_path, backend, retry_backoff=NO_WAIT, **engine_options)
+    try:
+        await engine.submit(RolloutRequest(rollout_id=rollout_id))
+        return engine, await settled(engine, rollout_id)
+    finally:
+        await engine.shutdown(drain_sec=0)
+
+
 def written(trial_dir: str | None) -> TrialResult:
     assert trial_dir is not None
     return TrialResult.model_validate_json((Path(trial_dir) / "result.json").read_text())
@@ -70,12 +82,7 @@ def written(trial_dir: str | None) -> TrialResult:
 
 async def test_an_infra_try_is_rerun_under_the_same_id_and_kept_on_disk(tmp_path: Path) -> None:
     backend = FailingBackend(lambda tid: tid == trial_id_for("r1"))
-    engine = engine_on(tmp_path, backend, max_retries=2, retry_backoff=NO_WAIT)
-    try:
-        await engine.submit(RolloutRequest(rollout_id="r1"))
-        status = await settled(engine, "r1")
-    finally:
-        await engine.shutdown(drain_sec=0)
+    engine, status = await run_one(tmp_path, backend, "r1", max_retries=2)
 
     assert (status.status, status.reward, status.attempt) == ("success", 1.0, 2)
     assert backend.asked == [trial_id_for("r1"), first_and_retry("r1", 1)]
@@ -96,12 +103,7 @@ async def test_an_infra_try_is_rerun_under_the_same_id_and_kept_on_disk(tmp_path
 
 async def test_tries_stop_at_the_limit_and_the_last_infra_is_reported(tmp_path: Path) -> None:
     backend = FailingBackend(lambda tid: True)
-    engine = engine_on(tmp_path, backend, max_retries=2, retry_backoff=NO_WAIT)
-    try:
-        await engine.submit(RolloutRequest(rollout_id="r1"))
-        status = await settled(engine, "r1")
-    finally:
-        await engine.shutdown(drain_sec=0)
+    _, status = await run_one(tmp_path, backend, "r1", max_retries=2)
 
     assert (status.status, status.error_category, status.attempt) == ("failure", "infra", 3)
     assert backend.asked == [first_and_retry("r1", n) for n in range(3)]
@@ -116,12 +118,7 @@ async def test_tries_stop_at_the_limit_and_the_last_infra_is_reported(tmp_path: 
 @pytest.mark.parametrize("max_retries", [0, 3])
 async def test_a_scored_rollout_runs_once(tmp_path: Path, max_retries: int) -> None:
     backend = FailingBackend(lambda tid: False)
-    engine = engine_on(tmp_path, backend, max_retries=max_retries, retry_backoff=NO_WAIT)
-    try:
-        await engine.submit(RolloutRequest(rollout_id="ok"))
-        status = await settled(engine, "ok")
-    finally:
-        await engine.shutdown(drain_sec=0)
+    _, status = await run_one(tmp_path, backend, "ok", max_retries=max_retries)
     assert (status.status, status.attempt, status.retried) == ("success", 1, [])
     assert backend.asked == [trial_id_for("ok")]
     assert written(status.trial_dir).superseded_by is None
@@ -130,12 +127,7 @@ async def test_a_scored_rollout_runs_once(tmp_path: Path, max_retries: int) -> N
 async def test_an_unhealthy_sandbox_is_the_tasks_and_not_retried(tmp_path: Path) -> None:
     backend = FailingBackend(lambda tid: False)
     backend.unready = True
-    engine = engine_on(tmp_path, backend, max_retries=3, retry_backoff=NO_WAIT)
-    try:
-        await engine.submit(RolloutRequest(rollout_id="sick"))
-        status = await settled(engine, "sick")
-    finally:
-        await engine.shutdown(drain_sec=0)
+    _, status = await run_one(tmp_path, backend, "sick", max_retries=3)
     assert status.status == "failure" and status.error_category != "infra"
     assert (status.attempt, backend.asked) == (1, [trial_id_for("sick")])
 

@@ -47,6 +47,7 @@ from tests.service.conftest import (
     MakeEngine,
     open_app,
     our_container_names,
+    read_response,
     until_sandbox_up,
 )
 
@@ -269,19 +270,6 @@ def serving(tmp_path: Path, *args: str) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=30)
-
-
-def read_response(conn: socket.socket) -> bytes:
-    """What the server sent until it closed (a reset after the answer is an end too)."""
-    received = b""
-    while True:
-        try:
-            data = conn.recv(65536)
-        except ConnectionResetError:
-            return received
-        if not data:
-            return received
-        received += data
 
 
 def test_the_real_server_answers_413_before_reading_a_declared_or_streamed_body(
