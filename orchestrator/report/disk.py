@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
@@ -27,23 +26,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from orchestrator.common.ids import new_id
 from orchestrator.service.job_config import JobConfigFile
-from orchestrator.service.job_record import chain_position
 from orchestrator.service.job_resume import RESULT_FILE, chains_of, read_results
 from orchestrator.service.job_store import CONFIG_FILE, JOB_FILE, LOCK_FILE
 from orchestrator.trials.result import TrialResult
+from orchestrator.trials.spec import read_spec
 
 # What a job folder holds besides its trials: never taken for a trial in flight.
 _NOT_TRIALS = {CONFIG_FILE, JOB_FILE, LOCK_FILE}
 # A trial folder gets these in its first phase (materialize), long before its result.json.
 _TRIAL_MARKS = ("task", "logs")
-# A `trialbox run` trial's id: its task's name cleaned, `__`, 8 hex digits (`ids.new_id`); a
-# rerun's adds `.retryN`, and a folder that was taken `.N` (`materialize.claim_folder`).
-_RUN_TRIAL_ID = re.compile(
-    r"(?P<base>(?P<prefix>.+)__[0-9a-f]{8})(?:\.retry(?P<retry>\d+))?(?:\.\d+)?"
-)
-
 JobState = Literal["running", "finished", "stopped", "unknown"]
 
 
@@ -52,9 +44,11 @@ class Unfinished(BaseModel):
 
     trial_id: str
     trial_dir: Path
-    since: datetime = Field(description="When its folder got its staged input (about its start).")
-    task_name: str | None = Field(None, description="Its task, told by its id (None: unknown).")
-    attempt: int | None = Field(None, description="Known for a rerun (`.retryN`): its chain's.")
+    since: datetime = Field(
+        description="When it began (its trial.json), else when its folder got its staged input."
+    )
+    task_name: str | None = Field(None, description="Its task, from its trial.json (None: none).")
+    attempt: int | None = Field(None, description="Its attempt, from its trial.json.")
     until: datetime | None = Field(
         None,
         description="Interrupted: the last sign its run was alive (that run's last result "
@@ -295,11 +289,19 @@ def _unfinished(job_dir: Path, finished: set[str]) -> list[Unfinished]:
             continue
         if entry.is_symlink() or not entry.is_dir() or (entry / RESULT_FILE).exists():
             continue
-        if not any((entry / mark).is_dir() for mark in _TRIAL_MARKS):
+        spec = read_spec(entry)
+        if spec is None and not any((entry / mark).is_dir() for mark in _TRIAL_MARKS):
             continue
         staged = entry / "logs" / "agent" / "container_input.json"
-        when = _mtime_ns(staged) or _mtime_ns(entry)
-        found.append(Unfinished(trial_id=entry.name, trial_dir=entry, since=_at(when)))
+        when = _at(_mtime_ns(staged) or _mtime_ns(entry))
+        found.append(
+            Unfinished(
+                trial_id=entry.name, trial_dir=entry,
+                since=spec.created_at if spec is not None else when,
+                task_name=spec.task_name if spec is not None else None,
+                attempt=spec.attempt if spec is not None else None,
+            )
+        )  # fmt: skip
     return found
 
 
@@ -309,47 +311,20 @@ def _place(
     in_flight: list[Unfinished],
     interrupted: list[Unfinished],
 ) -> None:
-    """Name each unfinished trial's task (and, for a rerun, its attempt) from its id; mark
-    the interrupted ones whose (task, attempt) ran again since (`rerun`), and how long each
-    interrupted one is known to have run (`until`).
-
-    A rerun (`<id>.retryN`) belongs to its chain, whose results say the pair: it was rerun
-    when a later trial of that chain exists. A first attempt's id names only its task, so
-    per task: its pairs without any result are what its unfinished first attempts can be
-    working on, the newest of them first (a trial in flight before an interrupted one);
-    any older one's pair has run again since (a resume gave it a new trial id).
-    """
-    by_prefix = {_id_prefix(Path(t).name): Path(t).name for t in config.tasks}
-    by_prefix |= {_id_prefix(r.task_name): r.task_name for r in results}
-    chains: dict[str, list[TrialResult]] = {}
-    began: dict[str, list[datetime]] = {}  # chain -> when each of its trials began
+    """Mark the interrupted trials whose (task, attempt) ran again since (`rerun`: a later
+    trial of the same pair began, finished or not), and how long each interrupted one is
+    known to have run (`until`). Each trial's pair is its trial.json's; one without (an
+    older trialbox's) is never taken for rerun."""
+    began: dict[tuple[str, int], list[datetime]] = {}
     for result in results:
-        base = chain_position(result)[0]
-        chains.setdefault(base, []).append(result)
-        began.setdefault(base, []).append(result.started_at)
-    dead = {id(t) for t in interrupted}
-    reruns: list[tuple[Unfinished, str]] = []
-    first_tries: dict[str, list[Unfinished]] = {}
+        began.setdefault((result.task_name, result.attempt), []).append(result.started_at)
     for trial in in_flight + interrupted:
-        found = _RUN_TRIAL_ID.fullmatch(trial.trial_id)
-        if found is None:
-            continue  # not a trialbox run id: nothing to tell its task by
-        chain = chains.get(found["base"], [])
-        trial.task_name = chain[0].task_name if chain else by_prefix.get(found["prefix"])
-        began.setdefault(found["base"], []).append(trial.since)
-        if found["retry"] is not None:
-            trial.attempt = chain[0].attempt if chain else None
-            reruns.append((trial, found["base"]))
-        elif trial.task_name is not None:
-            first_tries.setdefault(trial.task_name, []).append(trial)
-    for trial, base in reruns:
-        trial.rerun = id(trial) in dead and any(when > trial.since for when in began[base])
-    covered = {(r.task_name, r.attempt) for r in results}
-    for task_name, trials in first_tries.items():
-        missing = [a for a in range(1, config.attempts + 1) if (task_name, a) not in covered]
-        newest_first = sorted(trials, key=lambda t: t.since, reverse=True)
-        for trial in newest_first[len(missing) :]:
-            trial.rerun = id(trial) in dead
+        if trial.task_name is not None and trial.attempt is not None:
+            began.setdefault((trial.task_name, trial.attempt), []).append(trial.since)
+    for trial in interrupted:
+        if trial.task_name is not None and trial.attempt is not None:
+            later = began[(trial.task_name, trial.attempt)]
+            trial.rerun = any(when > trial.since for when in later)
     runs = sorted([config.created_at, *config.resumed_at])
     for trial in interrupted:
         next_run = next((when for when in runs if when > trial.since), None)
@@ -361,11 +336,6 @@ def _place(
             and (next_run is None or r.finished_at <= next_run)
         ]
         trial.until = max([trial.since, *alive])
-
-
-def _id_prefix(task_name: str) -> str:
-    """What `trialbox run`'s trial ids of this task begin with (before `__<hex>`)."""
-    return new_id(task_name).rpartition("__")[0]
 
 
 def _at(mtime_ns: int) -> datetime:

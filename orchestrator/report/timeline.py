@@ -17,7 +17,6 @@ from pydantic import BaseModel, Field
 
 from orchestrator.report.disk import JobOnDisk
 from orchestrator.report.stats import PHASES
-from orchestrator.service.job_record import chain_position
 from orchestrator.trials.result import TrialResult
 
 
@@ -97,7 +96,7 @@ def _waited_since(
     """When the trial was queued: only `trialbox run` jobs say (their config.json)."""
     if job.config is None:
         return None
-    if chain_position(result)[1] > 0:
+    if result.retry_of is not None:
         return replaced.finished_at if replaced is not None else None
     began = [job.config.created_at, *job.config.resumed_at]
     earlier = [t for t in began if t <= result.started_at]

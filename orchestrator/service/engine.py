@@ -105,6 +105,7 @@ class TrialEngine:
         orphan_timeout_sec: float | None = None,
         max_retries: int = 0,
         retry_backoff: Backoff | None = None,
+        lock_job_folder: bool = True,
         **misplaced: Never,
     ) -> None:
         """`abort_tombstone_sec`: how long `abort(scope)` keeps later submits of its scope
@@ -117,7 +118,8 @@ class TrialEngine:
         why (None, the default: never; see `orphans`). `max_retries`: a rollout whose trial
         ends in infra is run again under the same rollout id, up to this many more times,
         waiting `retry_backoff` between (each try its own trial folder, the earlier ones'
-        result.json saying `superseded_by`); the status says which try it is."""
+        result.json saying `superseded_by`); the status says which try it is.
+        `lock_job_folder=False`: the caller holds the job folder's lock itself (`run_job`)."""
         if misplaced:
             raise TypeError(misplaced_options(misplaced))
         if n_concurrent < 1:
@@ -157,7 +159,8 @@ class TrialEngine:
             default_agent=agent, default_task=self.default_task, tasks_dir=self.tasks_dir
         )
         self._closed = False
-        self._folder_lock: int | None = None  # the job folder's, from the first rollout on
+        # The job folder's lock, from the first rollout on (-1: not this engine's to hold).
+        self._folder_lock: int | None = None if lock_job_folder else -1
         self._outbox = Outbox()
         self._admission = Admission(n_concurrent, max_queue_depth)
         self._trials = TrialMaker(self.config, self.backend, self.job_id)
@@ -197,6 +200,7 @@ class TrialEngine:
         attempt: int = 1,
         task: Task | None = None,
         agent: Agent | None = None,
+        retry_of: str | None = None,
     ) -> str:
         """Accept a rollout (it runs when a slot frees) and return its id, or refuse it.
 
@@ -207,8 +211,10 @@ class TrialEngine:
         cancelled); `EngineClosed`; `QueueFull` (retry after `.retry_after` s); `ValueError`
         / `TaskError` for a request it cannot run.
 
-        `task` and `agent` skip loading when the caller has them already (run_job does). The
-        rollout's trial id is derived from its rollout id (`ids.trial_id_for`).
+        `task` and `agent` skip loading when the caller has them already (run_job does);
+        `retry_of`, the trial this one reruns (run_job's retries and resumes), is written in
+        its trial.json and result.json. The rollout's trial id is derived from its rollout id
+        (`ids.trial_id_for`).
         """
         self._orphans.touch(request.rollout_id)  # a repeated submit: its caller is there
         self._admit(request)
@@ -222,7 +228,7 @@ class TrialEngine:
         loop = self.loop = asyncio.get_running_loop()
         rollout = InFlight(
             request, task, agent, attempt, loop.create_future(),
-            trial_id=trial_id_for(request.rollout_id),
+            trial_id=trial_id_for(request.rollout_id), retry_of=retry_of,
         )  # fmt: skip
         self._live[request.rollout_id] = rollout
         self._orphans.track(request.rollout_id)
@@ -282,6 +288,7 @@ class TrialEngine:
             rollout.trial_id = retry_id(
                 trial_id_for(rollout.request.rollout_id), len(rollout.retried)
             )
+            rollout.retry_of = earlier.trial_id
             await mark_superseded(earlier, rollout.trial_id)
         rollout.trial = self._trials.new_trial(rollout, lambda: self._grading(rollout))
         self._watchers.notify(rollout.request.rollout_id)  # queued -> running, or a retry

@@ -50,6 +50,7 @@ class InFlight:
     trial_id: str
     trial: RolloutTrial | None = None
     runner: asyncio.Task[None] | None = None
+    retry_of: str | None = None  # the trial the running one reruns
     retried: list[TrialResult] = field(default_factory=list)
     no_retry: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -74,6 +75,7 @@ class InFlight:
         return TrialResult(
             trial_id=self.trial_id, job_id=job_id, rollout_id=self.request.rollout_id,
             session_id=self.request.session_id, task_name=self.task.name,
-            agent_spec=self.agent.spec, attempt=self.attempt, status=status,
+            agent_spec=self.agent.spec, attempt=self.attempt, retry_of=self.retry_of,
+            status=status,
             error=error, warnings=warnings, started_at=now, finished_at=now, trial_dir="",
         )  # fmt: skip

@@ -274,7 +274,7 @@ async def _run(
         hooks.on_start(store.snapshot())
     engine = TrialEngine(
         n_concurrent=saved.n_concurrent, config=config, backend=backend, job_id=saved.job_id,
-        agent=agent.spec,
+        agent=agent.spec, lock_job_folder=False,  # the job holds it (JobStore)
     )  # fmt: skip
     work = [s for s in slots if s.chain.last is None or needs_rerun(s.chain.last)]
     try:
@@ -312,7 +312,10 @@ async def _run_slots(
                 rollout_id=rollout_id, task=str(slot.task.path), agent=agent.spec,
                 metadata=dict(metadata),
             )  # fmt: skip
-            await engine.submit(request, attempt=slot.attempt, task=slot.task, agent=agent)
+            retry_of = chain.last.trial_id if chain.last is not None else None
+            await engine.submit(
+                request, attempt=slot.attempt, task=slot.task, agent=agent, retry_of=retry_of
+            )
             result = await engine.wait(rollout_id)
             chain.results.append(result)
             await store.save()

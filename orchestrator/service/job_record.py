@@ -1,15 +1,15 @@
 """job.json: today's `JobResult`, plus every attempt that a later one superseded.
 
 A trial that ended in `infra` (or was cancelled) says nothing about the agent, so a retry or
-a resume runs its (task, attempt) again under a new trial id: the chain `<id>`,
-`<id>.retry1`, `<id>.retry2`, ... Every result is kept; `trials` and the aggregates hold
-only the last of each chain, and `superseded_by` says which replaced which. Readers of the
+a resume runs its (task, attempt) again under a new trial id (`<id>.retry1`, ...), whose
+`retry_of` names the trial it reruns: that field, not the id, makes the chain. Every result
+is kept; `trials` and the aggregates hold only the last of each chain, and `superseded_by`
+says which replaced which. Readers of the
 old shape see exactly what they saw before: one result per (task, attempt).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -21,21 +21,10 @@ from orchestrator.common.ids import check_id
 from orchestrator.service.aggregates import summarize
 from orchestrator.trials.result import JobResult, TrialResult
 
-_RETRY = re.compile(r"\.retry(\d+)$")
-
 
 def retry_id(base_id: str, retry: int) -> str:
     """The rollout (and trial) id of a chain's `retry`-th rerun; 0 is the first attempt."""
     return base_id if retry == 0 else check_id(f"{base_id}.retry{retry}", "retry id")
-
-
-def chain_position(result: TrialResult) -> tuple[str, int]:
-    """(the chain's first id, which rerun this is), read from the result's rollout id."""
-    rollout_id = result.rollout_id or result.trial_id
-    found = _RETRY.search(rollout_id)
-    if found is None:
-        return rollout_id, 0
-    return rollout_id[: found.start()], int(found.group(1))
 
 
 @dataclass
@@ -50,10 +39,13 @@ class Chain:
         return self.results[-1] if self.results else None
 
     def next_id(self) -> str:
-        """A rollout id no attempt of this chain has used."""
-        if not self.results:
-            return self.base_id
-        return retry_id(self.base_id, 1 + max(chain_position(r)[1] for r in self.results))
+        """A rollout id no attempt of this chain has used (its readers never parse it: a
+        rerun's `retry_of` says which trial it reruns)."""
+        used = {r.rollout_id or r.trial_id for r in self.results}
+        n = len(self.results)
+        while retry_id(self.base_id, n) in used:
+            n += 1
+        return retry_id(self.base_id, n)
 
 
 class JobRecord(JobResult):

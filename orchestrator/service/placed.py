@@ -22,6 +22,7 @@ from orchestrator.common.archive import extract_stream, tar_of_dir
 from orchestrator.common.atomic_write import write_atomic_sync
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.offload import run_blocking
+from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import ride_out_cancels
 from orchestrator.gateway.settings import ModelOverride
 from orchestrator.sandbox.placement import NodeInfo, Placement, Resources
@@ -31,6 +32,7 @@ from orchestrator.trials.agents import Agent, WorkflowAgent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.materialize import claim_folder
 from orchestrator.trials.result import TrialError, TrialResult, initial_result
+from orchestrator.trials.spec import spec_of, write_spec
 
 # Files come back capped at the node (logs at Limits.log_file_cap_bytes); this only keeps a
 # broken node from filling the disk.
@@ -56,11 +58,12 @@ class PlacedTrial:
         prompt: str | None = None,
         model: ModelOverride | None = None,
         on_grading: Callable[[PlacedTrial], None] | None = None,
+        retry_of: str | None = None,
     ) -> None:
         self.placement, self.task, self.agent, self.config = placement, task, agent, config
         self.result = initial_result(
             task.name, agent.spec, jobs_dir=config.jobs_dir, trial_id=trial_id, job_id=job_id,
-            attempt=attempt, rollout_id=rollout_id, session_id=session_id,
+            attempt=attempt, rollout_id=rollout_id, session_id=session_id, retry_of=retry_of,
         )  # fmt: skip
         self.trial_id, self.job_id = self.result.trial_id, self.result.job_id
         self.metadata, self.prompt, self.model = dict(metadata), prompt, model
@@ -68,6 +71,9 @@ class PlacedTrial:
         self.trial_dir = Path(self.result.trial_dir)
         self._finished: Finished | None = None
         self._lost: Exception | None = None
+        self._spec = spec_of(self.result, task, metadata, prompt=prompt,
+                             model=config.model.merged(model) if config.model else None,
+                             credentials=config.credentials)  # fmt: skip
 
     # -- on the way -----------------------------------------------------------------------
 
@@ -111,6 +117,8 @@ class PlacedTrial:
             self.trial_id = await run_blocking(claim_folder, self.trial_dir.parent, self.trial_id)
             self.trial_dir = self.trial_dir.parent / self.trial_id
             self.result.trial_id, self.result.trial_dir = self.trial_id, str(self.trial_dir)
+            self._spec.trial_id = self.trial_id
+            await run_blocking(self._write_spec)
             work = await run_blocking(self._work)
             await self.placement.run(work, self.task, self._on_event)
         except asyncio.CancelledError:
@@ -137,6 +145,7 @@ class PlacedTrial:
             self.result.finished_at = datetime.now(UTC)
         self.result.node = node
         self.result.trial_dir = str(self.trial_dir)
+        self.result.retry_of = self._spec.retry_of  # the node knows no chain
         await run_blocking(self._write_result)
 
     def _unpack(self, finished: Finished) -> TrialResult:
@@ -152,9 +161,17 @@ class PlacedTrial:
         text = text.replace(finished.node_dir, str(self.trial_dir))
         return TrialResult.model_validate_json(text)
 
+    def _write_spec(self) -> None:
+        """This host's trial.json, as a local trial writes its own (again after the node's
+        folder came back: the node's names its own task folder and no retry chain)."""
+        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        write_spec(
+            self.trial_dir, self._spec, Scrubber(list(self.config.credentials.values())).text
+        )
+
     def _write_result(self) -> None:
         """Whole or not at all, as a local trial writes it."""
-        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        self._write_spec()
         write_atomic_sync(self.trial_dir / "result.json", self.result.model_dump_json(indent=2))
 
 

@@ -60,7 +60,7 @@ class TrialMaker:
             trial_id=rollout.trial_id, job_id=self.job_id,
             rollout_id=request.rollout_id, session_id=request.session_id,
             prompt=request.prompt, model=request.model, gateway=self._model_gateway(),
-            metadata=request.metadata, attempt=rollout.attempt,
+            metadata=request.metadata, attempt=rollout.attempt, retry_of=rollout.retry_of,
             on_grading=lambda _trial: on_grading(),
         )  # fmt: skip
 
@@ -73,7 +73,7 @@ class TrialMaker:
             placement, rollout.task, rollout.agent, config=self.config,
             trial_id=rollout.trial_id, job_id=self.job_id, rollout_id=request.rollout_id,
             session_id=request.session_id, prompt=request.prompt, model=request.model,
-            metadata=request.metadata, attempt=rollout.attempt,
+            metadata=request.metadata, attempt=rollout.attempt, retry_of=rollout.retry_of,
             on_grading=lambda _trial: on_grading(),
         )  # fmt: skip
 

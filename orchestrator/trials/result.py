@@ -80,6 +80,11 @@ class TrialResult(BaseModel):
     task_checksum: str | None = None
     agent_spec: str = Field(description="The --agent value the trial ran with.")
     attempt: int = 1
+    retry_of: str | None = Field(
+        None,
+        description="The trial id of the earlier try this one reruns (infra or cancelled); "
+        "None: a first try. Retry chains are read from this, never from ids.",
+    )
     image_tag: str | None = None
     status: TrialStatus
     reward: float | None = Field(None, description="`reward`, or the lone reward if one.")
@@ -119,6 +124,7 @@ def initial_result(
     attempt: int,
     rollout_id: str | None,
     session_id: str | None,
+    retry_of: str | None = None,
 ) -> TrialResult:
     """A trial's result as it starts, the same for a local and a placed trial: its ids
     checked (a ValueError naming the bad one), its folder `<jobs_dir>/<job_id>/<trial_id>`,
@@ -127,7 +133,8 @@ def initial_result(
     job_id = check_id(job_id, "job id")
     return TrialResult(
         trial_id=trial_id, job_id=job_id, rollout_id=rollout_id, session_id=session_id,
-        task_name=task_name, agent_spec=agent_spec, attempt=attempt, status="running",
+        task_name=task_name, agent_spec=agent_spec, attempt=attempt, retry_of=retry_of,
+        status="running",
         started_at=datetime.now(UTC), trial_dir=str(jobs_dir.resolve() / job_id / trial_id),
     )  # fmt: skip
 

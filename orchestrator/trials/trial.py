@@ -50,6 +50,7 @@ from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.readiness import wait_ready
 from orchestrator.trials.result import AgentOutcome, Phase, TrialResult, initial_result
 from orchestrator.trials.runtime import check_runtime, runtime_missing
+from orchestrator.trials.spec import spec_of, write_spec
 from orchestrator.trials.users import ROOT, user_ids
 from orchestrator.trials.verifier import VerifierRun, VerifierSetup, prepare_verifier, verify
 from relay import Relay, RelayOutcome, RelayPolicy
@@ -78,6 +79,7 @@ class Trial(TrialFinish):
         model: ModelOverride | None = None,
         gateway: Gateway | None = None,
         on_grading: Callable[[Trial], None] | None = None,
+        retry_of: str | None = None,
     ) -> None:
         self.task, self.agent, self.config, self.backend = task, agent, config, backend
         if config.refuse_short_secrets:  # again: model_copy(update=...) skips validators
@@ -90,7 +92,7 @@ class Trial(TrialFinish):
         self._on_grading = on_grading
         self.result = initial_result(
             task.name, agent.spec, jobs_dir=config.jobs_dir, trial_id=trial_id, job_id=job_id,
-            attempt=attempt, rollout_id=rollout_id, session_id=session_id,
+            attempt=attempt, rollout_id=rollout_id, session_id=session_id, retry_of=retry_of,
         )  # fmt: skip
         self.trial_id, self.job_id = self.result.trial_id, self.result.job_id
         self.rollout_id = rollout_id
@@ -137,12 +139,20 @@ class Trial(TrialFinish):
         self.trial_id = await run_blocking(claim_folder, self.trial_dir.parent, self.trial_id)
         self.trial_dir = self.logs.trial_dir = self.trial_dir.parent / self.trial_id
         self.result.trial_id, self.result.trial_dir = self.trial_id, str(self.trial_dir)
-        return await run_blocking(
+        # Said before anything else lands in the folder, so no reader finds a trial it
+        # cannot name; written again with the digest of the files it copied.
+        spec = spec_of(self.result, self.task, self.metadata, prompt=self.prompt,
+                       model=self.model, credentials=self.config.credentials)  # fmt: skip
+        await run_blocking(write_spec, self.trial_dir, spec, self.scrubber.text)
+        materialized = await run_blocking(
             materialize, self.task, self.trial_dir, trial_id=self.trial_id,
             rollout_id=self.rollout_id, prompt=self.prompt, metadata=self.metadata,
             chat_completions_url=self.config.chat_completions_url,
             credentials_ref=next(iter(self.config.credentials), None),
         )  # fmt: skip
+        spec.task_digest = materialized.checksum
+        await run_blocking(write_spec, self.trial_dir, spec, self.scrubber.text)
+        return materialized
 
     def _plan_context(self) -> TrialContext:
         """What the task asks of its sandbox, worked out and checked before any build."""

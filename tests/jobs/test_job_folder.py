@@ -94,3 +94,42 @@ def test_default_job_ids_read_as_the_utc_time_and_never_repeat() -> None:
     for job_id in ids:
         assert re.fullmatch(r"2026-12-01__14-03-07__[0-9a-f]{8}", job_id)
         assert re.fullmatch(TRIAL_ID_PATTERN, job_id)
+
+
+async def test_a_job_holds_its_folder_once_and_warns_of_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job's store holds the folder's lock; its engine does not try to take it again
+    (which failed, and printed a warning on every `trialbox run`)."""
+    tasks = make_tasks(tmp_path, "a", "b")
+    job = await run_job(tasks, "nop", config=fake_config(tmp_path))
+    assert job.n_trials == 2
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+
+
+async def test_each_trial_says_what_it_is_in_its_trial_json(tmp_path: Path) -> None:
+    """trial.json: the task, attempt and chain of a trial as fields (never read from its
+    id), the label left out; a rerun names the trial it reruns."""
+    from orchestrator.service.retries import Backoff
+    from orchestrator.trials.spec import read_spec
+    from tests.jobs.helpers import FlakyBackend
+
+    tasks = make_tasks(tmp_path, "a")
+    backend = FlakyBackend(lambda trial_id: ".retry" not in trial_id)
+    job = await run_job(
+        tasks, "nop", config=fake_config(tmp_path), backend=backend, attempts=2,
+        max_retries=1, retry_backoff=Backoff(0, 0),
+        metadata={"label": "the-answer-4f2c", "seed": 1},
+    )  # fmt: skip
+    record = JobRecord.model_validate_json((Path(job.job_dir) / "job.json").read_text())
+    for result in record.trials:
+        spec = read_spec(Path(result.trial_dir))
+        assert spec is not None
+        assert (spec.task_name, spec.attempt, spec.job_id) == ("a", result.attempt, job.job_id)
+        assert spec.metadata == {"seed": 1} and spec.has_label
+        assert "the-answer-4f2c" not in (Path(result.trial_dir) / "trial.json").read_text()
+        first = next(r for r in record.superseded if r.attempt == result.attempt)
+        assert spec.retry_of == result.retry_of == first.trial_id
+        assert record.superseded_by[first.trial_id] == result.trial_id
+        first_spec = read_spec(Path(first.trial_dir))
+        assert first_spec is not None and first_spec.retry_of is None

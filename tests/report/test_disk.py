@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from orchestrator import RolloutRequest, TrialEngine
 from orchestrator.report.disk import NoJobFound, find_jobs, lock_held, may_change, read_job
 from orchestrator.service.retries import Backoff
+from orchestrator.trials.spec import read_spec
 from tests.conftest import write_task
 from tests.jobs.helpers import FlakyBackend
 from tests.report.helpers import fake_config, fake_job, run_holding
@@ -97,7 +99,9 @@ async def test_a_trial_folder_without_a_result_is_in_flight_only_while_a_run_hol
         "stopped", [], [victim.name]
     )  # fmt: skip
     [left] = dead.interrupted
-    assert left.since.timestamp() == 1_700_000_000
+    spec = read_spec(victim)  # when it began is a field of its trial.json, not a file's time
+    assert spec is not None and left.since == spec.created_at != staged_at(1_700_000_000)
+    assert (spec.task_name, spec.attempt, spec.retry_of) == (job.trials[0].task_name, 1, None)
     assert (left.task_name, left.rerun) == (job.trials[0].task_name, False)
     assert [t.trial_id for t in dead.pending] == [victim.name]  # resume runs its pair again
     assert not may_change(Path(job.job_dir))
@@ -165,3 +169,7 @@ async def test_a_job_that_only_wrote_its_config_expects_every_pair(tmp_path: Pat
     read = read_job(started)
 
     assert (read.n_expected, read.results, read.state) == (4, [], "stopped")
+
+
+def staged_at(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)

@@ -5,10 +5,10 @@ the trials that ran their (task, attempt) again: counted nowhere, no bar growing
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.common.ids import new_id
@@ -16,6 +16,7 @@ from orchestrator.report.build import report_html
 from orchestrator.report.disk import JobOnDisk, may_change, read_job
 from orchestrator.report.model import TrialRow, job_page
 from orchestrator.service.job import resume_job
+from orchestrator.trials.spec import read_spec, write_spec
 from tests.conftest import REPO_ROOT
 from tests.jobs.helpers import make_tasks
 from tests.jobs.test_kill_and_resume import kill_halfway, trialbox
@@ -135,12 +136,14 @@ async def test_a_pair_interrupted_twice_is_missing_once(tmp_path: Path) -> None:
     job_dir = Path(stopped.job_dir).resolve()
     [lost] = [t for t in stopped.trials if t.task_name == "d"]
     older = Path(lost.trial_dir)
-    staged = older / "logs" / "agent" / "container_input.json"
-    os.utime(staged, (1_700_000_000, 1_700_000_000))
     # A resume that ran d again under a new id, and was killed too: its folder as a trial
-    # killed while it worked leaves it (its copy of the task, no logs yet).
+    # killed while it worked leaves it (its trial.json, its copy of the task, no logs yet).
     newer = job_dir / new_id("d")
     shutil.copytree(older / "task", newer / "task")
+    spec = read_spec(older)
+    assert spec is not None
+    later = spec.model_copy(update={"trial_id": newer.name, "created_at": datetime.now(UTC)})
+    write_spec(newer, later)
 
     read = read_job(job_dir)
 
