@@ -14,14 +14,17 @@ from pathlib import Path
 from orchestrator.common.offload import run_blocking
 
 
-def write_atomic_sync(path: Path, text: str) -> None:
-    """Replace `path` with `text`, whole or not at all (see the module's docstring)."""
+def write_atomic_sync(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace `path` with `text`, whole or not at all (see the module's docstring);
+    `durable=False` skips the flush to disk, for a record a power cut may lose (the rename
+    is still whole or nothing)."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "w", encoding="utf-8") as out:
             out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

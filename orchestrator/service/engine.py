@@ -43,7 +43,6 @@ from orchestrator.service.admission import Admission, waiting_in
 from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
-from orchestrator.service.job_record import retry_id
 from orchestrator.service.job_store import lock_job_dir, mark_superseded, record_unrun
 from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
@@ -285,8 +284,9 @@ class TrialEngine:
         if rollout.trial is not None:
             earlier = rollout.trial.result
             rollout.retried.append(earlier)
-            rollout.trial_id = retry_id(
-                trial_id_for(rollout.request.rollout_id), len(rollout.retried)
+            # A valid id however long the rollout's (a 128-character one has no room left).
+            rollout.trial_id = trial_id_for(
+                f"{rollout.request.rollout_id}.retry{len(rollout.retried)}"
             )
             rollout.retry_of = earlier.trial_id
             await mark_superseded(earlier, rollout.trial_id)

@@ -23,7 +23,6 @@ from orchestrator.common.errors import SandboxError
 from orchestrator.common.ids import trial_id_for
 from orchestrator.report.disk import read_job
 from orchestrator.sandbox import Sandbox, SandboxSpec
-from orchestrator.service.job_record import retry_id
 from orchestrator.service.retries import Backoff
 from orchestrator.service.rollouts import RolloutRequest, RolloutStatus
 from tests.service.conftest import open_app
@@ -53,7 +52,8 @@ class FailingBackend(HeldBackend):
 
 
 def first_and_retry(rollout_id: str, n: int) -> str:
-    return retry_id(trial_id_for(rollout_id), n)
+    """The trial id of a rollout's try after `n` infra ones."""
+    return trial_id_for(rollout_id if n == 0 else f"{rollout_id}.retry{n}")
 
 
 async def settled(engine: TrialEngine, rollout_id: str) -> RolloutStatus:
@@ -200,3 +200,12 @@ def test_serve_refuses_a_negative_max_retries(
     assert main(["serve", "--task", str(tmp_path / "task"), "--max-retries", "-1"]) == 1
     said = capsys.readouterr()
     assert "--max-retries must be 0 or more" in said.out + said.err
+
+
+async def test_a_rollout_id_of_the_longest_kind_is_retried_too(tmp_path: Path) -> None:
+    longest = "r" * 128  # a valid trial id as it is: its retry's cannot just add a suffix
+    backend = FailingBackend(lambda tid: tid == trial_id_for(longest))
+    _, status = await run_one(tmp_path, backend, longest, max_retries=1)
+    assert (status.status, status.attempt) == ("success", 2)
+    assert backend.asked == [longest, first_and_retry(longest, 1)]
+    assert len(first_and_retry(longest, 1)) <= 128
