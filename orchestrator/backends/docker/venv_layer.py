@@ -23,9 +23,9 @@ from pathlib import Path, PurePosixPath
 
 import docker.errors
 
+from container_runtime import MIN_PYTHON
 from container_runtime.paths import VENV_DIR
 from orchestrator.backends.docker import api as docker_api
-from orchestrator.backends.docker.dockerfile import MIN_PYTHON
 from orchestrator.backends.docker.wheelhouse import cache_dir, ensure_wheelhouse, runtime_wheel
 
 CONTEXT_DIR = "trialbox-venv"

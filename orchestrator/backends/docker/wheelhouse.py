@@ -125,7 +125,7 @@ def runtime_wheel() -> tuple[str, bytes]:
         "Metadata-Version: 2.1\n"
         f"Name: {RUNTIME_DIST.replace('_', '-')}\n"
         f"Version: {version}\n"
-        "Requires-Python: >=3.9\n"
+        f"Requires-Python: >={'.'.join(map(str, container_runtime.MIN_PYTHON))}\n"
         "Requires-Dist: pydantic>=2,<3\n"
     ).encode()
     files[f"{dist_info}/WHEEL"] = (
