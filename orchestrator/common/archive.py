@@ -90,6 +90,18 @@ def tar_of_dir(
     return buffer.getvalue()
 
 
+def read_files(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every regular file under the host folder `root` as entries `tar_of_files` (or a build
+    context) takes: relative path -> (bytes, 0o755 if executable else 0o644). A `.complete`
+    marker, which says a cached folder is whole, is left out."""
+    files: dict[str, tuple[bytes, int]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name != ".complete":
+            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            files[path.relative_to(root).as_posix()] = (path.read_bytes(), mode)
+    return files
+
+
 class _ChunkReader(io.RawIOBase):
     """A read-only file over an iterator of byte chunks (the SDK's archive stream)."""
 
