@@ -373,9 +373,11 @@ async def run_trial(
     """
     config = config or TrialConfig()
     loaded = task if isinstance(task, Task) else await run_blocking(load_task, task)
+    # A `bundle:<project>` spec builds a wheel: host work, off the loop like the task's.
+    the_agent = agent if isinstance(agent, Agent) else await run_blocking(parse_agent, agent)
     trial = Trial(
         loaded,
-        agent if isinstance(agent, Agent) else parse_agent(agent),
+        the_agent,
         config=config,
         backend=backend or config.backend.build(config.limits),
         trial_id=trial_id or new_id(loaded.name),
