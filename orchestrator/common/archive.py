@@ -13,6 +13,10 @@ import stat
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 DEFAULT_FILE_CAP = 32 * 1024 * 1024
 TRUNCATION_NOTE = b"\n[trialbox: output truncated at %d bytes]\n"
@@ -112,14 +116,15 @@ class _ChunkReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: WriteableBuffer, /) -> int:
         while not self._pending:
             try:
                 self._pending = next(self._chunks)
             except StopIteration:
                 return 0
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), len(self._pending))
+        view[:n] = self._pending[:n]
         self._pending = self._pending[n:]
         return n
 

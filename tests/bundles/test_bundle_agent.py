@@ -231,7 +231,7 @@ def test_a_bundle_agent_sent_to_a_ray_node_carries_its_code_not_the_wheels_path(
     wheel = shutil.copy(wheels["grader"], tmp_path / wheels["grader"].name)
     bundle = BundleAgent.load(wheel)
     placed = PlacedTrial(
-        placement=None,  # type: ignore[arg-type]  # the work is made before any placing
+        placement=None,  # type: ignore[arg-type]  # no cluster: the work is made before placing
         task=load_task(write_task(tmp_path / "tasks", "t")), agent=bundle,
         config=fake_config(tmp_path), trial_id="t-1", job_id="j-1", metadata={}, attempt=1,
     )  # fmt: skip
