@@ -122,7 +122,8 @@ def registry_tags(registry: str) -> set[str]:
 async def measure(args: argparse.Namespace, task: Path, base: TrialConfig) -> dict[str, Any]:
     one = ray_config(base, args.registry, {"bench": "head"})
     two = ray_config(base, args.registry, {})
-    await RayBackend(two.backend, two.limits).ensure_image(load_task(task), base.base_image_map)  # type: ignore[arg-type]
+    assert isinstance(two.backend, RayBackendConfig)
+    await RayBackend(two.backend, two.limits).ensure_image(load_task(task), base.base_image_map)
     figures: dict[str, Any] = {}
     async with engine_of(base, task, 1) as local, engine_of(one, task, 1) as placed:
         await alternating({"warm-local": local, "warm-ray": placed}, 2)  # actors made, images

@@ -11,8 +11,12 @@ from container_runtime.trajectory import messages_from_trajectory
 from container_runtime.workflow import AgentContext, AgentWorkflow, Grader, GraderContext
 
 __version__ = "0.1.0"
+# The oldest CPython the runtime runs on (its syntax and dependencies): images with an older
+# python3, or none, get no runtime venv, and what needs the runtime there is refused.
+MIN_PYTHON = (3, 9)
 
 __all__ = [
+    "MIN_PYTHON",
     "AgentContext",
     "AgentWorkflow",
     "ContainerInput",

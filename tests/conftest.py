@@ -358,7 +358,7 @@ def write_task(
 def make_task(tmp_path: Path) -> MakeTask:
     """`make_task(name, instruction=..., dockerfile=..., test_sh=..., ...)` under tmp_path."""
 
-    def make(name: str = "task", **kwargs: object) -> Path:
-        return write_task(tmp_path / "tasks", name, **kwargs)  # type: ignore[arg-type]
+    def make(name: str = "task", **kwargs: Any) -> Path:
+        return write_task(tmp_path / "tasks", name, **kwargs)
 
     return make

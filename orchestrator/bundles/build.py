@@ -15,10 +15,10 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from orchestrator.backends.docker.wheelhouse import cache_dir as default_cache_dir
 from orchestrator.bundles.entry import Bound, ClassRef, add_entry
 from orchestrator.bundles.errors import BundleError
 from orchestrator.bundles.tools import tail, uv
+from orchestrator.common.wheelhouse import cache_dir as default_cache_dir
 
 BUNDLE_FORMAT = "1"  # bumped when what a bundle adds changes: part of the cache key
 # Never part of a project's content: tools' caches and earlier builds' output.

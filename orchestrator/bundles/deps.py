@@ -23,10 +23,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.backends.docker.venv_layer import runtime_site
-from orchestrator.backends.docker.wheelhouse import cache_dir
 from orchestrator.bundles.errors import DependencyDownloadError, DependencyError
 from orchestrator.bundles.tools import pip_download, tail, uv
+from orchestrator.common.wheelhouse import cache_dir
 
 _DIST_INFO = re.compile(r"^(?P<name>.+?)-(?P<version>[^-]+)\.dist-info$")
 _NOT_FOUND = re.compile(r"No matching distribution found for (?P<req>\S+)")
@@ -114,14 +113,14 @@ def _lock(key: str) -> threading.Lock:
         return _locks.setdefault(key, threading.Lock())
 
 
-def dependency_site(requirements: Sequence[str], minor: str, arch: str) -> Path:
+def dependency_site(requirements: Sequence[str], minor: str, arch: str, runtime: Path) -> Path:
     """A folder holding what `requirements` add to the runtime venv of a CPython `minor`
-    image on `arch`: resolved and downloaded once (network, on the host), installed offline.
+    image on `arch`, whose site-packages `runtime` holds (`ImageFacts.runtime_site`):
+    resolved and downloaded once (network, on the host), installed offline.
 
     Raises `DependencyError` when a requirement has no wheel for that Python (naming it and
     the version), `DependencyDownloadError` when the index cannot be reached.
     """
-    runtime = runtime_site(minor, arch)
     pins = runtime_pins(runtime)
     key = hashlib.sha256(json.dumps([sorted(requirements), minor, arch, pins]).encode()).hexdigest()
     home = cache_dir() / "bundle-deps" / f"{arch}-cp{minor}-{key[:20]}"

@@ -121,9 +121,15 @@ def check_class(files: dict[str, bytes], ref: ClassRef, where: str) -> None:
         raise BundleError(f"{where}: module {ref.module!r} defines no {ref.name!r}")
 
 
+class _CaseKept(configparser.ConfigParser):
+    """entry_points.txt as setuptools reads it: script names keep their case."""
+
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr
+
+
 def _entry_points(text: str, dist: str, grader: bool, where: Path) -> str:
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]  # names keep their case
+    parser = _CaseKept(interpolation=None)
     parser.read_string(text)
     if not parser.has_section("console_scripts"):
         parser.add_section("console_scripts")

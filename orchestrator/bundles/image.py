@@ -10,13 +10,15 @@ path, so the code installs without a step in the image and without PYTHONPATH.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.backends.docker.venv_layer import ImagePython, read_files
 from orchestrator.bundles.deps import dependency_site
 from orchestrator.bundles.errors import DependencyError
+from orchestrator.common.archive import read_files
+from orchestrator.sandbox.image_facts import ImageFacts
 
 BUNDLE_DIR = "/opt/trialbox/bundle"
 BUNDLE_SITE = f"{BUNDLE_DIR}/site"  # the bundle's own code, uploaded by each trial
@@ -33,9 +35,10 @@ class BundleDependencies(BaseModel):
     requirements: tuple[str, ...] = ()
     requires_python: str | None = None
 
-    def site_files(self, python: ImagePython, arch: str) -> dict[str, tuple[bytes, int]]:
-        """The files added to the venv's site-packages of an image with `python` (blocking:
-        the first call per dependency set and CPython resolves and downloads)."""
+    def site_files(self, image: ImageFacts) -> dict[str, tuple[bytes, int]]:
+        """The files added to the venv's site-packages of `image` (blocking: the first call
+        per dependency set and CPython resolves and downloads)."""
+        python = image.python
         if self.requires_python:
             try:
                 supported = python.version in SpecifierSet(self.requires_python)
@@ -46,14 +49,16 @@ class BundleDependencies(BaseModel):
                     f"bundle {self.bundle} requires Python {self.requires_python}; the image "
                     f"has CPython {python.version}"
                 )
-        return dict(_site_files(tuple(sorted(self.requirements)), python.minor, arch))
+        requirements = tuple(sorted(self.requirements))
+        runtime = image.runtime_site() if requirements else None
+        return dict(_site_files(requirements, python.minor, image.arch, runtime))
 
 
 @functools.lru_cache(maxsize=16)
 def _site_files(
-    requirements: tuple[str, ...], minor: str, arch: str
+    requirements: tuple[str, ...], minor: str, arch: str, runtime: Path | None
 ) -> dict[str, tuple[bytes, int]]:
     files = {PTH_NAME: (f"{BUNDLE_SITE}\n".encode(), 0o644)}
-    if requirements:
-        files.update(read_files(dependency_site(requirements, minor, arch)))
+    if requirements and runtime is not None:
+        files.update(read_files(dependency_site(requirements, minor, arch, runtime)))
     return files

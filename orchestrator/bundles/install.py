@@ -15,11 +15,11 @@ import tempfile
 from pathlib import Path
 
 from container_runtime.paths import RUNTIME_PYTHON, TESTS_DIR
-from orchestrator.backends.docker.venv_layer import read_files
-from orchestrator.backends.docker.wheelhouse import cache_dir
 from orchestrator.bundles.errors import BundleError
 from orchestrator.bundles.image import BUNDLE_BIN, BUNDLE_SITE
 from orchestrator.bundles.tools import tail, uv
+from orchestrator.common.archive import read_files
+from orchestrator.common.wheelhouse import cache_dir
 
 
 def _install(wheel: Path, target: Path) -> None:

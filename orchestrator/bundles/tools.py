@@ -1,7 +1,7 @@
 """The host's packaging tools: the static `uv` that the runtime wheelhouse ships, and pip.
 
 Both run on the host only; containers never reach a package index. `uv` is the same binary the
-runtime layer uses (`backends/docker/wheelhouse.py`), so nothing else needs installing.
+runtime layer uses (`common/wheelhouse.py`), so nothing else needs installing.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse
+from orchestrator.common.wheelhouse import ensure_wheelhouse
 
 TOOL_TIMEOUT_SEC = 600.0  # a build or a download of many wheels on a slow link: minutes at most
 

@@ -13,6 +13,10 @@ import stat
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 DEFAULT_FILE_CAP = 32 * 1024 * 1024
 TRUNCATION_NOTE = b"\n[trialbox: output truncated at %d bytes]\n"
@@ -90,6 +94,18 @@ def tar_of_dir(
     return buffer.getvalue()
 
 
+def read_files(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every regular file under the host folder `root` as entries `tar_of_files` (or a build
+    context) takes: relative path -> (bytes, 0o755 if executable else 0o644). A `.complete`
+    marker, which says a cached folder is whole, is left out."""
+    files: dict[str, tuple[bytes, int]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name != ".complete":
+            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            files[path.relative_to(root).as_posix()] = (path.read_bytes(), mode)
+    return files
+
+
 class _ChunkReader(io.RawIOBase):
     """A read-only file over an iterator of byte chunks (the SDK's archive stream)."""
 
@@ -100,14 +116,15 @@ class _ChunkReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: WriteableBuffer, /) -> int:
         while not self._pending:
             try:
                 self._pending = next(self._chunks)
             except StopIteration:
                 return 0
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), len(self._pending))
+        view[:n] = self._pending[:n]
         self._pending = self._pending[n:]
         return n
 

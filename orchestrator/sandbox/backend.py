@@ -83,9 +83,9 @@ class Backend(ABC):
 
     name: str = "backend"
 
-    @property
-    def capabilities(self) -> Capabilities:
-        """What this backend's sandboxes can have (network modes, GPUs)."""
+    async def capabilities(self) -> Capabilities:
+        """What this backend's sandboxes can have (network modes, GPUs, the host's cpus and
+        memory). Async: a backend may ask its engine (once, keeping only an answer)."""
         return Capabilities()
 
     @property

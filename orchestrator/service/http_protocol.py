@@ -64,7 +64,7 @@ class BoundedH11Protocol(H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.timeout_keep_alive = self.limits.keep_alive_timeout  # type: ignore[assignment]
+        self.timeout_keep_alive = self.limits.keep_alive_timeout  # type: ignore[assignment]  # uvicorn says int; only call_later reads it, which takes a float
         self._read_timer: asyncio.TimerHandle | None = None
         self._started = False  # a byte of the next request has come
 
@@ -107,7 +107,7 @@ class BoundedH11Protocol(H11Protocol):
 
     # -- uvicorn's protocol, with the timer and the connection cap --------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own H11Protocol narrows BaseProtocol's
         super().connection_made(transport)
         cap = self.limits.max_connections
         open_now = len(self.connections)

@@ -119,7 +119,8 @@ async def run_job(
     config = config or TrialConfig()
     backoff = retry_backoff or Backoff()
     loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
-    the_agent = agent if isinstance(agent, Agent) else parse_agent(agent)
+    # A `bundle:<project>` spec builds a wheel: host work, off the loop like the tasks'.
+    the_agent = agent if isinstance(agent, Agent) else await run_blocking(parse_agent, agent)
     backend = backend or config.backend.build(config.limits)
     # Another job may run other tasks with the same config: an unused mapping is a warning.
     await check_base_image_map(config.base_image_map, loaded, backend=backend, refuse_unused=False)
@@ -207,8 +208,9 @@ async def resume_job(
             _Slot(task, attempt, chain or Chain(new_id(task.name)))
             for (task, attempt), chain in zip(pairs, matched, strict=True)
         ]
+        the_agent = await run_blocking(parse_agent, saved.agent)
         return await _run(
-            job_dir, saved, config, parse_agent(saved.agent), slots, extras, backend=backend,
+            job_dir, saved, config, the_agent, slots, extras, backend=backend,
             hooks=_Hooks(on_trial_done, on_retry, on_start),
         )  # fmt: skip
     finally:

@@ -11,65 +11,40 @@ cancelling made-up ids cannot grow the server's memory without end.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 
 from orchestrator.service.rollouts import RolloutRequest, RolloutStatus
 from orchestrator.service.status import cancelled_status
+from orchestrator.service.ttl_cache import TtlCache
 
 DEFAULT_ABORT_TOMBSTONE_SEC = 60.0
 DEFAULT_MAX_TOMBSTONES = 10_000
 MAX_ABORTED_SCOPES = 1024
 
 
-class _Expiring:
-    """Keys kept for `ttl_sec` each and at most `max_items` of them (the oldest go first).
+class _Nothing:
+    """Tombstones turned off (a ttl or a count of 0): nothing is kept."""
 
-    Thread-safe: `abort` records scopes from the trainer's thread while the engine's loop
-    reads them.
-    """
-
-    def __init__(self, ttl_sec: float, max_items: int, clock: Callable[[], float]) -> None:
-        self.ttl_sec = ttl_sec
-        self.max_items = max_items
-        self._clock = clock
-        self._items: OrderedDict[str, tuple[float, RolloutStatus | None]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _prune(self) -> None:
-        now = self._clock()
-        while self._items:
-            key, (expires, _) = next(iter(self._items.items()))
-            if expires > now:
-                break
-            del self._items[key]
-
-    def set(self, key: str, value: RolloutStatus | None = None) -> None:
-        if self.ttl_sec <= 0 or self.max_items <= 0:
-            return
-        with self._lock:
-            self._prune()
-            self._items.pop(key, None)
-            self._items[key] = (self._clock() + self.ttl_sec, value)
-            while len(self._items) > self.max_items:
-                self._items.popitem(last=False)
+    def set(self, key: str, value: RolloutStatus | None) -> None:
+        pass
 
     def get(self, key: str) -> RolloutStatus | None:
-        with self._lock:
-            self._prune()
-            item = self._items.get(key)
-            return None if item is None else item[1]
+        return None
 
     def keys(self) -> list[str]:
-        with self._lock:
-            self._prune()
-            return list(self._items)
+        return []
 
-    def __len__(self) -> int:
-        with self._lock:
-            self._prune()
-            return len(self._items)
+
+_Kept = TtlCache[RolloutStatus | None] | _Nothing
+
+
+def _expiring(ttl_sec: float, max_items: int, clock: Callable[[], float]) -> _Kept:
+    """Keys kept for `ttl_sec` each, at most `max_items` (the oldest go first); nothing is
+    kept when either is 0. Thread-safe: `abort` records scopes from the trainer's thread
+    while the engine's loop reads them."""
+    if ttl_sec <= 0 or max_items <= 0:
+        return _Nothing()
+    return TtlCache(ttl_sec, clock, max_items=max_items)
 
 
 class Tombstones:
@@ -87,8 +62,8 @@ class Tombstones:
         on_bury: Callable[[str], None],
     ) -> None:
         self.scope_ttl_sec = scope_ttl_sec
-        self._ids = _Expiring(id_ttl_sec, max_ids, clock)
-        self._scopes = _Expiring(scope_ttl_sec, MAX_ABORTED_SCOPES, clock)
+        self._ids = _expiring(id_ttl_sec, max_ids, clock)
+        self._scopes = _expiring(scope_ttl_sec, MAX_ABORTED_SCOPES, clock)
         self._on_bury = on_bury
 
     def get(self, rollout_id: str) -> RolloutStatus | None:
@@ -104,7 +79,7 @@ class Tombstones:
 
     def bury_scope(self, scope: str) -> None:
         """Refuse the scope's rollouts for `scope_ttl_sec` (safe from any thread)."""
-        self._scopes.set(scope)
+        self._scopes.set(scope, None)
 
     def bury_if_aborted(self, request: RolloutRequest) -> RolloutStatus | None:
         """If the request falls in a scope aborted lately (its id starts with the scope, or

@@ -20,8 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiofiles
-
 from orchestrator.common.atomic_write import write_atomic
 from orchestrator.common.errors import (
     AgentResourceError,
@@ -179,8 +177,7 @@ class TrialFinish:
             else:
                 record = json.dumps(run.snapshot.as_record(), indent=2)
                 where = self.trial_dir / "reward-snapshot.json"
-                async with aiofiles.open(where, "w", encoding="utf-8") as out:
-                    await out.write(self.scrubber.text(record))
+                await write_atomic(where, self.scrubber.text(record))
             rewards, notes = await score(run, staged.logs_dir)
             self.result.warnings.extend(notes)
         except RewardFileError as exc:

@@ -16,11 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import aiofiles
-
 from container_runtime import __version__, paths
 from container_runtime.contract import ContainerInput
 from container_runtime.paths import RUNTIME_PYTHON
+from orchestrator.common.atomic_write import write_atomic
 from orchestrator.common.errors import AgentSpecError, SandboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
@@ -177,7 +176,8 @@ class ModelLink:
         if record is None:
             return
         await run_blocking(agent_dir.mkdir, parents=True, exist_ok=True)
-        await _write(agent_dir / "gateway.json", scrubber.text(record.model_dump_json(indent=2)))
+        gateway = scrubber.text(record.model_dump_json(indent=2))
+        await write_atomic(agent_dir / "gateway.json", gateway)
         try:
             doc = trajectory_from_record(record, agent_name=agent_name, agent_version=agent_version)
         except ValueError:
@@ -185,9 +185,4 @@ class ModelLink:
         own = agent_dir / "trajectory.json"
         if not self._handed_over and await run_blocking(own.is_file):
             await run_blocking(own.replace, agent_dir / "trajectory.agent.json")
-        await _write(own, scrubber.text(json.dumps(doc, indent=2)))
-
-
-async def _write(path: Path, text: str) -> None:
-    async with aiofiles.open(path, "w", encoding="utf-8") as out:
-        await out.write(text)
+        await write_atomic(own, scrubber.text(json.dumps(doc, indent=2)))

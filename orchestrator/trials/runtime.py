@@ -8,8 +8,8 @@ before the agent starts, as the task's (`validation`), saying exactly that.
 
 from __future__ import annotations
 
+from container_runtime import MIN_PYTHON
 from container_runtime.paths import RUNTIME_CHECK
-from orchestrator.backends.docker.dockerfile import MIN_PYTHON
 from orchestrator.common.errors import RuntimeMissingError
 from orchestrator.sandbox import Sandbox
 

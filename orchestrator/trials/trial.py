@@ -31,7 +31,15 @@ from orchestrator.common.scrub import Scrubber, check_secret_lengths
 from orchestrator.common.shielding import ride_out_cancels
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelOverride
-from orchestrator.sandbox import Backend, Health, ImageOutcome, Mount, Sandbox, SandboxSpec
+from orchestrator.sandbox import (
+    Backend,
+    Capabilities,
+    Health,
+    ImageOutcome,
+    Mount,
+    Sandbox,
+    SandboxSpec,
+)
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.collect import LogCollector
@@ -154,10 +162,10 @@ class Trial(TrialFinish):
         await run_blocking(write_spec, self.trial_dir, spec, self.scrubber.text)
         return materialized
 
-    def _plan_context(self) -> TrialContext:
+    def _plan_context(self, capabilities: Capabilities) -> TrialContext:
         """What the task asks of its sandbox, worked out and checked before any build."""
         context = plan_context(
-            self.task, self.config, self.backend.capabilities, backend_name=self.backend.name,
+            self.task, self.config, capabilities, backend_name=self.backend.name,
             with_solution=self.agent.runs_solution,
         )  # fmt: skip
         self.result.warnings.extend(self.task.warnings)  # e.g. a task.toml key misspelled
@@ -244,7 +252,7 @@ class Trial(TrialFinish):
         self.link = ModelLink(self._gateway, self.model)
         mount = await self.link.open(
             trial_id=self.trial_id, rollout_id=self.rollout_id,
-            capabilities=self.backend.capabilities,
+            capabilities=await self.backend.capabilities(),
         )  # fmt: skip
         self.scrubber = Scrubber(self._secrets())
         return (mount,)
@@ -339,7 +347,7 @@ class Trial(TrialFinish):
         try:
             with self._timed("materialize"):
                 self.task = self.agent.for_task(self.task)
-                self.context = self._plan_context()
+                self.context = self._plan_context(await self.backend.capabilities())
                 staged = await self._materialize()
                 self.result.task_checksum = staged.checksum
             with self._timed("image"):
@@ -383,9 +391,11 @@ async def run_trial(
     """
     config = config or TrialConfig()
     loaded = task if isinstance(task, Task) else await run_blocking(load_task, task)
+    # A `bundle:<project>` spec builds a wheel: host work, off the loop like the task's.
+    the_agent = agent if isinstance(agent, Agent) else await run_blocking(parse_agent, agent)
     trial = Trial(
         loaded,
-        agent if isinstance(agent, Agent) else parse_agent(agent),
+        the_agent,
         config=config,
         backend=backend or config.backend.build(config.limits),
         trial_id=trial_id or new_id(loaded.name),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,9 +94,9 @@ def test_an_unchanged_project_is_not_built_again_and_a_changed_one_is(
     builds: list[Path] = []
     real = build_module._build_wheel
 
-    def counted(*args: object) -> Path:
-        builds.append(args[1])  # type: ignore[arg-type]
-        return real(*args)  # type: ignore[arg-type]
+    def counted(*args: Any) -> Path:
+        builds.append(args[1])
+        return real(*args)
 
     monkeypatch.setattr(build_module, "_build_wheel", counted)
     first = build_bundle(project, "demo_harness.solver:Solver", cache=tmp_path)

@@ -10,6 +10,7 @@ import json
 import pickle
 import shutil
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,6 @@ import pytest
 from container_runtime import paths
 from container_runtime.contract import ContainerResult
 from orchestrator import Limits, RolloutRequest, TrialConfig, load_task, run_trial
-from orchestrator.backends.docker.venv_layer import ImagePython
 from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox
 from orchestrator.bundles import (
     BundleError,
@@ -30,6 +30,7 @@ from orchestrator.bundles.image import BundleDependencies
 from orchestrator.bundles.task import BundleTask
 from orchestrator.cli.serve import add_parser, bundle_agent
 from orchestrator.common.errors import AgentSpecError, TaskError
+from orchestrator.sandbox.image_facts import ImagePython
 from orchestrator.service.loading import Loader
 from orchestrator.service.placed import PlacedTrial
 from orchestrator.trials.agents import parse_agent
@@ -203,12 +204,23 @@ def test_an_unreachable_index_is_infra_and_a_missing_wheel_names_package_and_pyt
     assert "pyyaml==5.4.1 has no wheel for CPython 3.11" in str(error)
 
 
+@dataclass(frozen=True)
+class _Image:
+    """`ImageFacts` of an image never probed: the refusal comes before its runtime is needed."""
+
+    python: ImagePython
+    arch: str = "x86_64"
+
+    def runtime_site(self) -> Path:
+        raise AssertionError("the runtime's packages were asked for")
+
+
 def test_a_bundle_that_requires_a_newer_python_than_the_images_is_refused() -> None:
     needs = BundleDependencies(bundle="tiny-flow", requires_python=">=3.12")
     with pytest.raises(
         DependencyError, match=r"requires Python >=3\.12; the image has CPython 3\.11\.2"
     ):
-        needs.site_files(ImagePython(path="/usr/bin/python3.11", version="3.11.2"), "x86_64")
+        needs.site_files(_Image(ImagePython(path="/usr/bin/python3.11", version="3.11.2")))
 
 
 def test_a_bundle_agent_sent_to_a_ray_node_carries_its_code_not_the_wheels_path(
@@ -219,7 +231,7 @@ def test_a_bundle_agent_sent_to_a_ray_node_carries_its_code_not_the_wheels_path(
     wheel = shutil.copy(wheels["grader"], tmp_path / wheels["grader"].name)
     bundle = BundleAgent.load(wheel)
     placed = PlacedTrial(
-        placement=None,  # type: ignore[arg-type]  # the work is made before any placing
+        placement=None,  # type: ignore[arg-type]  # no cluster: the work is made before placing
         task=load_task(write_task(tmp_path / "tasks", "t")), agent=bundle,
         config=fake_config(tmp_path), trial_id="t-1", job_id="j-1", metadata={}, attempt=1,
     )  # fmt: skip

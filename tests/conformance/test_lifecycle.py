@@ -67,7 +67,7 @@ async def test_a_network_mode_not_offered_is_refused_leaving_nothing(
     backend: BackendUnderTest,
 ) -> None:
     mode = "trialbox-no-such-network"
-    assert mode not in backend.backend.capabilities.network_modes
+    assert mode not in (await backend.backend.capabilities()).network_modes
 
     with pytest.raises(SandboxError):
         async with backend.sandbox(network_mode=mode):
@@ -80,6 +80,6 @@ async def test_a_network_mode_not_offered_is_refused_leaving_nothing(
 async def test_the_network_modes_harbor_tasks_use_are_offered(
     backend: BackendUnderTest, mode: str
 ) -> None:
-    assert mode in backend.backend.capabilities.network_modes
+    assert mode in (await backend.backend.capabilities()).network_modes
     async with backend.sandbox(network_mode=mode) as sandbox:
-        assert sandbox.capabilities == backend.backend.capabilities
+        assert sandbox.capabilities == await backend.backend.capabilities()

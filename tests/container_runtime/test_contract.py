@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -72,9 +73,9 @@ def test_write_reward_refuses_non_finite(roots: Path, bad: float) -> None:
 
 
 @pytest.mark.parametrize("bad", [True, False, "1.0", None, [1.0]])
-def test_write_reward_refuses_non_numbers(roots: Path, bad: object) -> None:
+def test_write_reward_refuses_non_numbers(roots: Path, bad: Any) -> None:  # wrong on purpose
     with pytest.raises(ValueError, match="'score' must be a number"):
-        write_reward({"score": bad})  # type: ignore[dict-item]
+        write_reward({"score": bad})
     assert not paths.reward_json_path().exists()
 
 
@@ -103,7 +104,7 @@ def test_input_round_trip(tmp_path: Path) -> None:
 
 def test_input_forbids_unknown_fields_such_as_a_label() -> None:
     with pytest.raises(ValidationError, match="label"):
-        ContainerInput(trial_id="t", instruction="i", label="secret")  # type: ignore[call-arg]
+        ContainerInput(trial_id="t", instruction="i", label="secret")  # type: ignore[call-arg]  # unknown on purpose
 
 
 def test_result_round_trip_keeps_output(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ def test_an_extraction_cut_by_a_full_disk_frees_the_file_it_was_writing(
             def refuse(_data: bytes) -> int:
                 raise OSError(errno.ENOSPC, "No space left on device")
 
-            handle.write = refuse  # type: ignore[method-assign, assignment]
+            monkeypatch.setattr(handle, "write", refuse)
         return handle
 
     monkeypatch.setattr(Path, "open", full_disk_open)

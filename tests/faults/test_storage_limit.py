@@ -67,7 +67,9 @@ async def test_an_agent_that_fills_its_disk_is_stopped_at_storage_mb_as_agent(
     assert f"storage_mb={STORAGE_MB}" in result.error.message
     notes = [w for w in result.warnings if "filled its disk" in w]
     assert len(notes) == 1, result.warnings
-    wrote = int(re.search(r"wrote (\d+) MiB", notes[0]).group(1))  # type: ignore[union-attr]
+    said = re.search(r"wrote (\d+) MiB", notes[0])
+    assert said is not None, notes[0]
+    wrote = int(said.group(1))
     assert wrote >= STORAGE_MB, notes[0]
     # What reached the host: the limit and what a fast writer adds between two looks, far
     # from the 200 MB the agent meant to write (its own count of chunks says so too).

@@ -156,7 +156,8 @@ async def test_a_watch_kills_once_at_the_limit_and_says_what_it_measured(tmp_pat
     (tmp_path / "big").write_bytes(os.urandom(2 * MIB))
 
     watch.start()
-    await asyncio.wait_for(watch._task, 10)  # type: ignore[arg-type]
+    assert watch._task is not None  # started
+    await asyncio.wait_for(watch._task, 10)
 
     assert (watch.exceeded, watch.kills) == (True, 1)
     marked = watch.mark(Health(running=False, stopped_outside=True))
@@ -182,5 +183,6 @@ async def test_a_watch_under_the_limit_keeps_looking_and_ends_with_its_layer(
     assert watch.mark(Health()).storage_exceeded is False
 
     layer.rmdir()  # the container was removed by someone else: nothing left to watch
-    await asyncio.wait_for(watch._task, 10)  # type: ignore[arg-type]
+    assert watch._task is not None  # started
+    await asyncio.wait_for(watch._task, 10)
     assert (watch.exceeded, watch.kills) == (False, 0)

@@ -193,7 +193,7 @@ def test_trial_config(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValidationError):
         TrialConfig(limits={"log_file_cap_bytes": 0})
     with pytest.raises(ValidationError):
-        TrialConfig(unknown=1)  # type: ignore[call-arg]
+        TrialConfig(unknown=1)  # type: ignore[call-arg]  # an unknown field is the point
     assert "hunter22" not in repr(TrialConfig(credentials={"K": "hunter22"}))
 
 

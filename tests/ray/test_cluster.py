@@ -27,6 +27,7 @@ from orchestrator import (
     abort,
     run_job,
 )
+from orchestrator.backends.ray.config import RayBackendConfig
 from orchestrator.common.ids import trial_id_for
 from orchestrator.common.offload import run_blocking
 from orchestrator.service.engine import engines
@@ -215,7 +216,8 @@ async def test_a_node_killed_mid_job_fails_only_its_trials_and_they_run_again_el
     # second engine is still driven by a live node) and removes it.
     from orchestrator.backends.ray.backend import RayBackend  # needs Ray: not at collection
 
-    backend = RayBackend(config.backend, config.limits)  # type: ignore[arg-type]
+    assert isinstance(config.backend, RayBackendConfig)
+    backend = RayBackend(config.backend, config.limits)
     left = await backend.find_leftovers(owner=TEST_OWNER, job=record.job_id)
     assert [item.trial for item in left] == [lost.trial_id]
     assert await backend.remove_leftovers(left) == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from typing import Any
 
 import pytest
 
@@ -42,12 +43,12 @@ def make_relay(fake: FakeSandbox, policy: RelayPolicy = POLICY) -> Relay:
     return Relay(fake, policy=policy, state_dir="/logs/agent/.relay")
 
 
-async def start(relay: Relay, **kwargs: object) -> asyncio.Task[RelayOutcome]:
+async def start(relay: Relay, **kwargs: Any) -> asyncio.Task[RelayOutcome]:
     """Start `relay.run()` and wait until the subject runs."""
     fake = relay.sandbox
     assert isinstance(fake, FakeSandbox)
     kwargs.setdefault("timeout_sec", 60.0)
-    task = asyncio.ensure_future(relay.run(COMMAND, **kwargs))  # type: ignore[arg-type]
+    task = asyncio.ensure_future(relay.run(COMMAND, **kwargs))
     await asyncio.wait_for(fake.subject_started.wait(), 5)
     await asyncio.sleep(0.02)
     return task
@@ -67,8 +68,8 @@ async def fakes():
     """Fakes made here have their hung calls released at the end of the test."""
     made: list[FakeSandbox] = []
 
-    def make(**kwargs: object) -> FakeSandbox:
-        fake = FakeSandbox(**kwargs)  # type: ignore[arg-type]
+    def make(**kwargs: Any) -> FakeSandbox:
+        fake = FakeSandbox(**kwargs)
         made.append(fake)
         return fake
 

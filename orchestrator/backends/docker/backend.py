@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from orchestrator.backends.docker.capabilities import EngineCapabilities
 from orchestrator.backends.docker.images import BuildPlan, ImageBuilder, default_builder
 from orchestrator.backends.docker.leftovers import find_leftovers, remove_leftovers
 from orchestrator.backends.docker.local_images import local_images
-from orchestrator.backends.docker.sandbox import DockerSandbox, docker_capabilities
+from orchestrator.backends.docker.sandbox import DockerSandbox
 from orchestrator.common.limits import Limits
 from orchestrator.sandbox import (
     Backend,
@@ -31,10 +32,10 @@ class DockerBackend(Backend):
         self.limits = limits or Limits()
         # The process-wide builder by default, so separate trials share single-flight builds.
         self.builder = builder or default_builder()
+        self._capabilities = EngineCapabilities()
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return docker_capabilities()
+    async def capabilities(self) -> Capabilities:
+        return await self._capabilities.get()
 
     async def local_images(self, refs: Sequence[str]) -> LocalImages:
         return await local_images(refs)
@@ -59,7 +60,7 @@ class DockerBackend(Backend):
         )
 
     async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
-        return await DockerSandbox.create(spec, self.limits)
+        return await DockerSandbox.create(spec, self.limits, await self.capabilities())
 
     async def find_leftovers(
         self, *, owner: str | None = None, job: str | None = None

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 import docker.errors
 
 from orchestrator.backends.docker import api as docker_api
-from orchestrator.backends.docker.venv_layer import ImagePython
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, TaskBuildError
 from orchestrator.common.offline import names_the_network
 from orchestrator.common.terminal import plain
 from orchestrator.sandbox.backend import RuntimeState
 from orchestrator.sandbox.creator import default_owner
+from orchestrator.sandbox.image_facts import ImagePython
 from orchestrator.sandbox.spec import LABEL_OWNER
 
 TASK_REPO = "trialbox-env"

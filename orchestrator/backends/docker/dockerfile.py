@@ -10,13 +10,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from container_runtime import MIN_PYTHON
 from container_runtime.paths import RUNTIME_PYTHON, VENV_DIR
 from orchestrator.tasks.base_images import AS_ALIAS as _AS
 from orchestrator.tasks.base_images import FROM_LINE as _FROM
 from orchestrator.tasks.base_images import logical_lines as _logical_lines
 
 UV_PATH = "/opt/trialbox/uv"
-MIN_PYTHON = (3, 9)
 
 _USER = re.compile(r"^\s*USER\s+(?P<user>\S+)", re.IGNORECASE)
 

@@ -45,7 +45,6 @@ from orchestrator.backends.docker.tools_image import make_tools_image
 from orchestrator.backends.docker.venv_extra import CarriesVenvExtra, with_venv_extra
 from orchestrator.backends.docker.venv_layer import (
     CONTEXT_DIR,
-    ImagePython,
     copy_block,
     probe_blocking,
     venv_files,
@@ -59,6 +58,7 @@ from orchestrator.common.errors import (
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import ImageOutcome
 from orchestrator.sandbox.backend import RuntimeState
+from orchestrator.sandbox.image_facts import ImagePython
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import read_tree
 

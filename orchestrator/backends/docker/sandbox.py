@@ -10,7 +10,6 @@ leaves no root-owned files on the host (the one bind mount is the model gateway'
 from __future__ import annotations
 
 import asyncio
-import functools
 import shlex
 import time
 from collections.abc import Awaitable, Mapping
@@ -20,6 +19,7 @@ from docker.models.containers import Container
 from docker.types import Mount as DockerMount
 
 from orchestrator.backends.docker import api as docker_api
+from orchestrator.backends.docker.capabilities import docker_capabilities
 from orchestrator.backends.docker.inspection import (
     KEEPALIVE_SLEEP,
     engine_is_local,
@@ -63,29 +63,6 @@ def _bounded_command(command: str, timeout: float | None, kill_after: float) -> 
 KEEPALIVE = (
     f"trap '' HUP INT QUIT PIPE ALRM TERM USR1 USR2; while :; do {KEEPALIVE_SLEEP} & wait $!; done"
 )
-NETWORK_MODES = frozenset({"none", "bridge", "host"})
-
-
-@functools.cache
-def _engine_capacity() -> tuple[float | None, int | None]:
-    """The engine host's cpus and memory (MiB), asked once per process: they do not change
-    while it runs. (None, None) when the engine does not answer."""
-    try:
-        info = docker_api.docker_client().info()
-    except Exception:  # no engine: the sandbox's own create will say so, clearly
-        return None, None
-    cpus, memory = info.get("NCPU"), info.get("MemTotal")
-    return (float(cpus) if cpus else None), (int(memory) // (1024 * 1024) if memory else None)
-
-
-def docker_capabilities() -> Capabilities:
-    """What containers of this engine can have; a bind mount (the gateway's socket) names a
-    path on the engine's host, so it is offered only when the engine is local."""
-    cpus, memory_mb = _engine_capacity()
-    return Capabilities(
-        network_modes=NETWORK_MODES, gpus=False, host_mounts=engine_is_local(),
-        cpus=cpus, memory_mb=memory_mb,
-    )  # fmt: skip
 
 
 def _healthcheck_of(config: Mapping[str, object] | None) -> Healthcheck | None:
@@ -114,10 +91,18 @@ def _healthcheck_of(config: Mapping[str, object] | None) -> Healthcheck | None:
 class DockerSandbox:
     """A running container. Use `await DockerSandbox.create(spec)`; `destroy()` is idempotent."""
 
-    def __init__(self, container_id: str, spec: SandboxSpec, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        container_id: str,
+        spec: SandboxSpec,
+        limits: Limits | None = None,
+        capabilities: Capabilities | None = None,
+    ) -> None:
         self.container_id = container_id
         self.spec = spec
         self.limits = limits or Limits()
+        # The backend's (it read the engine's cpus and memory); made alone: those unknown.
+        self._capabilities = capabilities or docker_capabilities()
         self.created_at = time.time()
         self._destroy = RunOnce(self._remove, self.limits.destroy_settle_sec)
         self._disk: DiskWatch | None = None  # storage.py: holds it to spec.storage_mb
@@ -128,10 +113,15 @@ class DockerSandbox:
 
     @property
     def capabilities(self) -> Capabilities:
-        return docker_capabilities()
+        return self._capabilities
 
     @classmethod
-    async def create(cls, spec: SandboxSpec, limits: Limits | None = None) -> DockerSandbox:
+    async def create(
+        cls,
+        spec: SandboxSpec,
+        limits: Limits | None = None,
+        capabilities: Capabilities | None = None,
+    ) -> DockerSandbox:
         """Create and start the container; a cancel or error at any point leaves nothing.
 
         The container is named after the trial, so whatever went wrong (a cancel while the
@@ -166,7 +156,7 @@ class DockerSandbox:
         creating = asyncio.ensure_future(create_sized(spec.storage_mb, create))
         try:
             container, enforced = await asyncio.shield(creating)
-            sandbox = cls(container.id, spec, limits)
+            sandbox = cls(container.id, spec, limits, capabilities)
             await docker_api.call(f"start container {container.short_id}", container.start)
             if spec.storage_mb is not None:
                 sandbox._disk = DiskWatch(container.id, spec.storage_mb, enforced=enforced).start()

@@ -15,8 +15,9 @@ from orchestrator.backends.docker.build import (
     image_exists,
     with_tag,
 )
-from orchestrator.backends.docker.wheelhouse import ensure_wheelhouse, runtime_wheel
+from orchestrator.backends.docker.runtime_wheel import runtime_wheel
 from orchestrator.common.offload import run_blocking
+from orchestrator.common.wheelhouse import ensure_wheelhouse
 
 TOOLS_REPO = "trialbox-tools"
 _TOOLS_DOCKERFILE = b"FROM scratch\nCOPY uv /uv\nCOPY wheels /wheels\n"

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from container_runtime.paths import VENV_DIR
 from orchestrator.backends.docker.build import TASK_REPO, BuildPlan, with_tag
-from orchestrator.backends.docker.venv_layer import ImagePython
+from orchestrator.backends.docker.venv_layer import DockerImageFacts
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import ImageOutcome
+from orchestrator.sandbox.image_facts import ImageFacts, ImagePython
 
 if TYPE_CHECKING:
     from orchestrator.backends.docker.images import ImageBuilder
@@ -31,8 +32,8 @@ class VenvExtra(Protocol):
     own CPython (a bundle's dependencies: `orchestrator/bundles/image.py`). A task that
     carries one as `venv_extra` gets an image of its own, FROM the task's image."""
 
-    def site_files(self, python: ImagePython, arch: str) -> dict[str, tuple[bytes, int]]:
-        """The files to add, by path relative to the venv's site-packages."""
+    def site_files(self, image: ImageFacts) -> dict[str, tuple[bytes, int]]:
+        """The files to add, by path relative to the venv's site-packages (blocking)."""
         ...
 
 
@@ -69,7 +70,8 @@ async def with_venv_extra(
         python = None if image_id is None else (await builder.probe(image_id, base.tag))[0]
     if python is None or not python.usable:
         return base
-    files = await run_blocking(extra.site_files, python, await builder.arch())
+    facts = DockerImageFacts(python=python, arch=await builder.arch())
+    files = await run_blocking(extra.site_files, facts)
     tag, context = await run_blocking(with_tag, TASK_REPO, extra_context(base.tag, python, files))
     derived = BuildPlan(
         tag=tag, timeout_sec=plan.timeout_sec, context=context, python=python,

@@ -25,8 +25,10 @@ import docker.errors
 
 from container_runtime.paths import VENV_DIR
 from orchestrator.backends.docker import api as docker_api
-from orchestrator.backends.docker.dockerfile import MIN_PYTHON
-from orchestrator.backends.docker.wheelhouse import cache_dir, ensure_wheelhouse, runtime_wheel
+from orchestrator.backends.docker.runtime_wheel import runtime_wheel
+from orchestrator.common.archive import read_files
+from orchestrator.common.wheelhouse import cache_dir, ensure_wheelhouse
+from orchestrator.sandbox.image_facts import ImagePython
 
 CONTEXT_DIR = "trialbox-venv"
 PROBE_TIMEOUT_SEC = 60  # the probe runs `python3 -c print`: seconds at most
@@ -38,20 +40,15 @@ _PROBE = (
 
 
 @dataclass(frozen=True)
-class ImagePython:
-    """The CPython an image runs: its real path and version."""
+class DockerImageFacts:
+    """`ImageFacts` of an image the Docker backend probed: what a bundle's dependencies are
+    resolved for and against."""
 
-    path: str
-    version: str  # e.g. 3.11.2
+    python: ImagePython
+    arch: str
 
-    @property
-    def minor(self) -> str:
-        return ".".join(self.version.split(".")[:2])
-
-    @property
-    def usable(self) -> bool:
-        parts = tuple(int(p) for p in self.version.split(".")[:2])
-        return parts >= MIN_PYTHON
+    def runtime_site(self) -> Path:
+        return runtime_site(self.python.minor, self.arch)
 
 
 def _probe_cache(image_id: str) -> Path:
@@ -121,16 +118,6 @@ def runtime_site(minor: str, arch: str) -> Path:
     if not (target / ".complete").exists():
         _install(home, name, wheel, minor, arch, target)
     return target
-
-
-def read_files(root: Path) -> dict[str, tuple[bytes, int]]:
-    """Every regular file under `root` as build-context entries (relative path: bytes, mode)."""
-    files: dict[str, tuple[bytes, int]] = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and path.name != ".complete":
-            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-            files[path.relative_to(root).as_posix()] = (path.read_bytes(), mode)
-    return files
 
 
 @functools.cache

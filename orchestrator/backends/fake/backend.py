@@ -76,8 +76,7 @@ class FakeBackend(Backend):
         self._building: dict[str, asyncio.Future[None]] = {}
         self._present: dict[str, FakeSandbox] = {}
 
-    @property
-    def capabilities(self) -> Capabilities:
+    async def capabilities(self) -> Capabilities:
         return self._capabilities
 
     # -- images -------------------------------------------------------------------------------

@@ -42,8 +42,7 @@ class RayBackend(Backend):
     def placement(self) -> Placement:
         return self._placement
 
-    @property
-    def capabilities(self) -> Capabilities:
+    async def capabilities(self) -> Capabilities:
         """Each node's trial checks its task against its own engine; from here, only what
         a node's engine offers in general is known."""
         return Capabilities(network_modes=frozenset({"none", "bridge", "host"}), host_mounts=True)

@@ -51,9 +51,8 @@ class _Announcing(Backend):
         self.inner, self._announce = inner, announce
         self.name = inner.name
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
+    async def capabilities(self) -> Capabilities:
+        return await self.inner.capabilities()
 
     async def plan_image(
         self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False

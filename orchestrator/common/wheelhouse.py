@@ -1,17 +1,13 @@
-"""The host-prepared wheelhouse that the runtime layer installs from, offline.
+"""The host's packaging tools, downloaded once: a static `uv` and pydantic's wheels.
 
-Containers cannot reach PyPI (nor verify TLS to it), so the host downloads, once, a static
-`uv` binary (shipped inside the musllinux `uv` wheel) and pydantic's wheels for every CPython
-an image might carry; uv picks the matching ones at build time. `container_runtime` itself is
-packed into a small wheel here, deterministically, so its bytes (and the image tags that
-depend on them) change only when its source does.
+Containers cannot reach a package index (nor verify TLS to one), so the host downloads, once,
+a static `uv` binary (shipped inside the musllinux `uv` wheel) and pydantic's wheels for every
+CPython an image might carry. The Docker backend's runtime layer installs from them offline;
+bundles build and install with the same `uv` on the host. Nothing here knows an engine.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import os
 import shutil
 import subprocess
@@ -21,13 +17,9 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import container_runtime
-
 UV_VERSION = "0.13.9"
 PYDANTIC_SPEC = "pydantic>=2.7,<3"
 IMAGE_PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
-RUNTIME_DIST = "trialbox_container_runtime"
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def cache_dir() -> Path:
@@ -103,42 +95,3 @@ def ensure_wheelhouse(arch: str = "x86_64") -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return home
-
-
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return "sha256=" + digest.decode()
-
-
-def runtime_wheel() -> tuple[str, bytes]:
-    """`container_runtime` as a pure-Python wheel (file name, bytes), with fixed timestamps.
-
-    Built in memory: nothing shared is written, so concurrent processes cannot see half a file.
-    """
-    version = container_runtime.__version__
-    source = Path(container_runtime.__file__).parent
-    dist_info = f"{RUNTIME_DIST}-{version}.dist-info"
-    files: dict[str, bytes] = {}
-    for path in sorted(source.rglob("*.py")):
-        files[f"container_runtime/{path.relative_to(source).as_posix()}"] = path.read_bytes()
-    files[f"{dist_info}/METADATA"] = (
-        "Metadata-Version: 2.1\n"
-        f"Name: {RUNTIME_DIST.replace('_', '-')}\n"
-        f"Version: {version}\n"
-        "Requires-Python: >=3.9\n"
-        "Requires-Dist: pydantic>=2,<3\n"
-    ).encode()
-    files[f"{dist_info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: trialbox\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in files.items())
-    files[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
-
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files.items():
-            info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, data)
-    return f"{RUNTIME_DIST}-{version}-py3-none-any.whl", buffer.getvalue()
