@@ -11,8 +11,9 @@ layout (`docs/architecture.md`), not the interface.
 from __future__ import annotations
 
 import asyncio
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from orchestrator.common.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from orchestrator.backends import BackendConfig, DockerBackendConfig, FakeBackendConfig
@@ -105,18 +106,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module the first time it is used, then kept here."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 def run_trial_sync(*args: Any, **kwargs: Any) -> TrialResult:

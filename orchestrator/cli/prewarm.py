@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -21,10 +21,12 @@ from orchestrator.cli.common import (
     progress_bar,
     tasks_of,
 )
-from orchestrator.sandbox import Backend
 from orchestrator.service.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
-from orchestrator.trials.bundle_agent import BundleAgent
-from orchestrator.trials.config import TrialConfig
+
+if TYPE_CHECKING:
+    from orchestrator.sandbox import Backend
+    from orchestrator.trials.bundle_agent import BundleAgent
+    from orchestrator.trials.config import TrialConfig
 
 
 class _Cluster(Protocol):
@@ -164,5 +166,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             "the bundle's images on each node's engine without a cluster",
         )
         return 1
+    from orchestrator.trials.bundle_agent import BundleAgent
+
     bundle = None if args.bundle is None else BundleAgent.load(args.bundle)  # builds a project
     return asyncio.run(_prewarm(args, console, bundle))

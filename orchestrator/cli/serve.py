@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -20,10 +21,11 @@ from orchestrator.cli.common import (
     print_error,
 )
 from orchestrator.cli.dataset_checks import check_base_images, serve_tasks
-from orchestrator.service.engine import DEFAULT_RETENTION_SEC
 from orchestrator.service.http_limits import HttpLimits
-from orchestrator.service.rollouts import MAX_BODY_BYTES, MAX_METADATA_BYTES
-from orchestrator.trials.bundle_agent import BundleAgent
+from orchestrator.service.rollouts import DEFAULT_RETENTION_SEC, MAX_BODY_BYTES, MAX_METADATA_BYTES
+
+if TYPE_CHECKING:
+    from orchestrator.trials.bundle_agent import BundleAgent
 
 TOKEN_ENV = "TRIALBOX_ADMIN_TOKEN"
 TENANT_TOKENS_ENV = "TRIALBOX_TENANT_TOKENS"
@@ -213,6 +215,8 @@ def connection_limits(args: argparse.Namespace) -> HttpLimits:
 
 def bundle_agent(args: argparse.Namespace) -> BundleAgent:
     """The agent of `--bundle` (built now when a project: never on the server's loop)."""
+    from orchestrator.trials.bundle_agent import BundleAgent
+
     if args.agent != "oracle":
         raise ValueError("--bundle is the default agent: give it or --agent, not both")
     return BundleAgent.load(args.bundle, config_file=args.workflow_config)

@@ -47,7 +47,12 @@ from orchestrator.service.job_store import lock_job_dir, mark_superseded, record
 from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
 from orchestrator.service.retries import Backoff, with_retries
-from orchestrator.service.rollouts import Disposition, RolloutRequest, RolloutStatus
+from orchestrator.service.rollouts import (
+    DEFAULT_RETENTION_SEC,
+    Disposition,
+    RolloutRequest,
+    RolloutStatus,
+)
 from orchestrator.service.status import live_status, settled_status
 from orchestrator.service.tombstones import (
     DEFAULT_ABORT_TOMBSTONE_SEC,
@@ -64,7 +69,6 @@ from orchestrator.trials.result import TrialResult
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RETENTION_SEC = 15 * 60
 CALLBACK_DRAIN_SEC = 30.0
 _engines: weakref.WeakSet[TrialEngine] = weakref.WeakSet()
 

@@ -28,6 +28,9 @@ MAX_METADATA_BYTES = 256 << 10
 MAX_WAIT_SEC = 25.0
 """The longest long poll (`GET /rollouts/{id}?wait=N`): every answer comes within it, so a
 proxy that cuts slow responses may sit in between."""
+DEFAULT_RETENTION_SEC = 15 * 60
+"""How long a settled rollout's status stays queryable (`TrialEngine(retention_sec=)`,
+`--retention-sec`)."""
 
 
 class RolloutRequest(BaseModel):
