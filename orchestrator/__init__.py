@@ -10,7 +10,6 @@ layout (`docs/architecture.md`), not the interface.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.common.lazy import lazy_exports
@@ -111,6 +110,8 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 def run_trial_sync(*args: Any, **kwargs: Any) -> TrialResult:
     """`run_trial` for scripts without an event loop."""
+    import asyncio
+
     from orchestrator.trials.trial import run_trial
 
     return asyncio.run(run_trial(*args, **kwargs))
@@ -118,6 +119,8 @@ def run_trial_sync(*args: Any, **kwargs: Any) -> TrialResult:
 
 def run_job_sync(*args: Any, **kwargs: Any) -> JobResult:
     """`run_job` for scripts without an event loop."""
+    import asyncio
+
     from orchestrator.service.job import run_job
 
     return asyncio.run(run_job(*args, **kwargs))

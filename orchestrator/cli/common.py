@@ -15,8 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
-from orchestrator.gateway.settings import DEFAULT_KEY_ENV
-from orchestrator.trials.config import BASE_IMAGE_MAP_ENV
+from orchestrator.common.defaults import BASE_IMAGE_MAP_ENV, DEFAULT_KEY_ENV
 
 if TYPE_CHECKING:
     from orchestrator.gateway.sampling import Sampling
@@ -24,8 +23,9 @@ if TYPE_CHECKING:
     from orchestrator.tasks.task import Task
     from orchestrator.trials.config import TrialConfig
 
-# The parsers (`add_*_options`) import only what their help and defaults name; what the
-# options become (`model_of`, `tasks_of`, `config_of`) is imported when a command runs.
+# The parsers (`add_*_options`) import only the standard library, rich and the defaults they
+# show; what the options become (`model_of`, `tasks_of`, `config_of`) is imported when a
+# command runs.
 
 EXIT_INFRA = 3
 # SIGINT, SIGTERM and SIGHUP all stop `trialbox run` the way Ctrl-C does; it then exits with

@@ -37,7 +37,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.labels import label_value, read_labels
 from orchestrator.cli.model_check import MODEL_CHECK_TIMEOUT_SEC, check_model
-from orchestrator.trials.config import BASE_IMAGE_MAP_ENV
+from orchestrator.common.defaults import BASE_IMAGE_MAP_ENV
 
 if TYPE_CHECKING:
     from orchestrator.cli.settings import RunSettings

@@ -10,8 +10,9 @@ from types import FrameType
 
 from rich.console import Console
 
-from orchestrator.report.files import DEFAULT_LOG_CAP
-from orchestrator.report.server import DEFAULT_HOST, DEFAULT_PORT
+from orchestrator.common.defaults import DEFAULT_LOG_CAP
+from orchestrator.common.defaults import DEFAULT_REPORT_HOST as DEFAULT_HOST
+from orchestrator.common.defaults import DEFAULT_REPORT_PORT as DEFAULT_PORT
 
 DESCRIPTION = """\
 The report of jobs: counts by status and error category, mean reward and pass@k (also with

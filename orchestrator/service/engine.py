@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Never
 
+from orchestrator.common.defaults import DEFAULT_RETENTION_SEC
 from orchestrator.common.ids import check_id, new_id, trial_id_for
 from orchestrator.common.suggest import did_you_mean
 from orchestrator.gateway.server import Gateway
@@ -47,12 +48,7 @@ from orchestrator.service.job_store import lock_job_dir, mark_superseded, record
 from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
 from orchestrator.service.retries import Backoff, with_retries
-from orchestrator.service.rollouts import (
-    DEFAULT_RETENTION_SEC,
-    Disposition,
-    RolloutRequest,
-    RolloutStatus,
-)
+from orchestrator.service.rollouts import Disposition, RolloutRequest, RolloutStatus
 from orchestrator.service.status import live_status, settled_status
 from orchestrator.service.tombstones import (
     DEFAULT_ABORT_TOMBSTONE_SEC,
