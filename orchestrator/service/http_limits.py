@@ -1,5 +1,6 @@
-"""`HttpLimits`: the connection limits of `trialbox serve` and their defaults, as a model the
-CLI can build without the `serve` extra (`http_protocol.py` enforces them under uvicorn)."""
+"""`HttpLimits`: the connection limits of `trialbox serve` (their defaults are in
+`common/defaults.py`, for the CLI's help), as a model the CLI can build without the `serve`
+extra (`http_protocol.py` enforces them under uvicorn)."""
 
 from __future__ import annotations
 
