@@ -10,52 +10,119 @@ layout (`docs/architecture.md`), not the interface.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.backends import BackendConfig, DockerBackendConfig, FakeBackendConfig
-from orchestrator.bundles import build_bundle, inspect_bundle
-from orchestrator.common.errors import (
-    ImageBuildError,
-    RewardFileError,
-    SandboxError,
-    TaskError,
-    TrialboxError,
-)
-from orchestrator.common.limits import Limits
-from orchestrator.gateway.record import Usage
-from orchestrator.gateway.settings import ModelConfig, ModelLimits, ModelOverride, Sampling
-from orchestrator.sandbox import Backend, Capabilities, ExecResult, Sandbox, SandboxSpec
-from orchestrator.service.abort import abort
-from orchestrator.service.engine import TrialEngine
-from orchestrator.service.job import resume_job, run_job
-from orchestrator.service.job_record import JobRecord
-from orchestrator.service.prewarm import PrewarmError, PrewarmRow, prewarm
-from orchestrator.service.retries import Backoff
-from orchestrator.service.rollouts import (
-    DuplicateRollout,
-    EngineClosed,
-    QueueFull,
-    RolloutFinished,
-    RolloutRequest,
-    RolloutStatus,
-    RolloutTombstoned,
-    TooManyLongPolls,
-)
-from orchestrator.tasks.task import Task, load_task
-from orchestrator.trials.bundle_agent import BundleAgent
-from orchestrator.trials.config import TrialConfig
-from orchestrator.trials.result import AgentOutcome, JobResult, Timings, TrialError, TrialResult
-from orchestrator.trials.trial import run_trial
+from orchestrator.common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
+    from orchestrator.backends import BackendConfig, DockerBackendConfig, FakeBackendConfig
+    from orchestrator.bundles import build_bundle, inspect_bundle
+    from orchestrator.common.errors import (
+        ImageBuildError,
+        RewardFileError,
+        SandboxError,
+        TaskError,
+        TrialboxError,
+    )
+    from orchestrator.common.limits import Limits
+    from orchestrator.gateway.record import Usage
+    from orchestrator.gateway.settings import ModelConfig, ModelLimits, ModelOverride, Sampling
+    from orchestrator.sandbox import Backend, Capabilities, ExecResult, Sandbox, SandboxSpec
+    from orchestrator.service.abort import abort
+    from orchestrator.service.engine import TrialEngine
+    from orchestrator.service.job import resume_job, run_job
+    from orchestrator.service.job_record import JobRecord
+    from orchestrator.service.prewarm import PrewarmError, PrewarmRow, prewarm
+    from orchestrator.service.retries import Backoff
+    from orchestrator.service.rollouts import (
+        DuplicateRollout,
+        EngineClosed,
+        QueueFull,
+        RolloutFinished,
+        RolloutRequest,
+        RolloutStatus,
+        RolloutTombstoned,
+        TooManyLongPolls,
+    )
+    from orchestrator.tasks.task import Task, load_task
+    from orchestrator.trials.bundle_agent import BundleAgent
+    from orchestrator.trials.config import TrialConfig
+    from orchestrator.trials.result import AgentOutcome, JobResult, Timings, TrialError, TrialResult
+    from orchestrator.trials.trial import run_trial
+
+
+# Where each public name lives, imported on first use (PEP 562): `import orchestrator` loads no
+# engine SDK, HTTP stack or web framework, so `trialbox --help` does not pay for them.
+_LAZY: dict[str, str] = {
+    "AgentOutcome": "orchestrator.trials.result",
+    "Backend": "orchestrator.sandbox",
+    "BackendConfig": "orchestrator.backends",
+    "Backoff": "orchestrator.service.retries",
+    "BundleAgent": "orchestrator.trials.bundle_agent",
+    "Capabilities": "orchestrator.sandbox",
+    "DockerBackendConfig": "orchestrator.backends",
+    "DuplicateRollout": "orchestrator.service.rollouts",
+    "EngineClosed": "orchestrator.service.rollouts",
+    "ExecResult": "orchestrator.sandbox",
+    "FakeBackendConfig": "orchestrator.backends",
+    "ImageBuildError": "orchestrator.common.errors",
+    "JobRecord": "orchestrator.service.job_record",
+    "JobResult": "orchestrator.trials.result",
+    "Limits": "orchestrator.common.limits",
+    "ModelConfig": "orchestrator.gateway.settings",
+    "ModelLimits": "orchestrator.gateway.settings",
+    "ModelOverride": "orchestrator.gateway.settings",
+    "PrewarmError": "orchestrator.service.prewarm",
+    "PrewarmRow": "orchestrator.service.prewarm",
+    "QueueFull": "orchestrator.service.rollouts",
+    "RewardFileError": "orchestrator.common.errors",
+    "RolloutFinished": "orchestrator.service.rollouts",
+    "RolloutRequest": "orchestrator.service.rollouts",
+    "RolloutStatus": "orchestrator.service.rollouts",
+    "RolloutTombstoned": "orchestrator.service.rollouts",
+    "Sampling": "orchestrator.gateway.settings",
+    "Sandbox": "orchestrator.sandbox",
+    "SandboxError": "orchestrator.common.errors",
+    "SandboxSpec": "orchestrator.sandbox",
+    "Task": "orchestrator.tasks.task",
+    "TaskError": "orchestrator.common.errors",
+    "Timings": "orchestrator.trials.result",
+    "TooManyLongPolls": "orchestrator.service.rollouts",
+    "TrialConfig": "orchestrator.trials.config",
+    "TrialEngine": "orchestrator.service.engine",
+    "TrialError": "orchestrator.trials.result",
+    "TrialResult": "orchestrator.trials.result",
+    "TrialboxError": "orchestrator.common.errors",
+    "Usage": "orchestrator.gateway.record",
+    "abort": "orchestrator.service.abort",
+    "build_bundle": "orchestrator.bundles",
+    "inspect_bundle": "orchestrator.bundles",
+    "load_task": "orchestrator.tasks.task",
+    "prewarm": "orchestrator.service.prewarm",
+    "resume_job": "orchestrator.service.job",
+    "run_job": "orchestrator.service.job",
+    "run_trial": "orchestrator.trials.trial",
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 def run_trial_sync(*args: Any, **kwargs: Any) -> TrialResult:
     """`run_trial` for scripts without an event loop."""
+    import asyncio
+
+    from orchestrator.trials.trial import run_trial
+
     return asyncio.run(run_trial(*args, **kwargs))
 
 
 def run_job_sync(*args: Any, **kwargs: Any) -> JobResult:
     """`run_job` for scripts without an event loop."""
+    import asyncio
+
+    from orchestrator.service.job import run_job
+
     return asyncio.run(run_job(*args, **kwargs))
 
 

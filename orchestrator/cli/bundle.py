@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.bundles import BundleInfo, build_bundle, inspect_bundle
+if TYPE_CHECKING:
+    from orchestrator.bundles import BundleInfo
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -55,9 +57,13 @@ def _show(info: BundleInfo, args: argparse.Namespace, console: Console) -> int:
 
 
 def handle_build(args: argparse.Namespace, console: Console) -> int:
+    from orchestrator.bundles import build_bundle, inspect_bundle
+
     wheel = build_bundle(args.project, workflow=args.workflow, grader=args.grader)
     return _show(inspect_bundle(wheel), args, console)
 
 
 def handle_inspect(args: argparse.Namespace, console: Console) -> int:
+    from orchestrator.bundles import inspect_bundle
+
     return _show(inspect_bundle(args.wheel), args, console)

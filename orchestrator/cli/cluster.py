@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.backends import DockerBackendConfig, RayBackendConfig
-from orchestrator.trials.config import TrialConfig
+if TYPE_CHECKING:
+    from orchestrator.backends import RayBackendConfig
+    from orchestrator.trials.config import TrialConfig
 
 # The same variables `trialbox run` reads through its settings: prewarm, serve and reap go to
 # the cluster a user exported for run, not quietly to the local engine. The registry variable
@@ -40,6 +41,8 @@ def ray_config(args: Any, node: Any = None, *, environment: bool = True) -> RayB
     argparse's namespace, or `trialbox run`'s settings (where a job file or TRIALBOX_RAY and
     TRIALBOX_REGISTRY may have given them). `environment=False`: the flags alone (a resumed
     job reads no variables)."""
+    from orchestrator.backends import DockerBackendConfig, RayBackendConfig
+
     address, registry = getattr(args, "ray", None), getattr(args, "registry", None)
     if address is None:
         if registry is not None:

@@ -9,28 +9,23 @@ import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
-from orchestrator.cli.settings import sampling_of
-from orchestrator.gateway.sampling import (
-    Sampling,
-    check_extra_keys,
-    check_sampling_keys,
-    sampling_problem,
-)
-from orchestrator.gateway.settings import DEFAULT_KEY_ENV, ModelConfig, ModelLimits
-from orchestrator.tasks.task import (
-    Task,
-    discover_tasks,
-    load_tasks,
-    resolve_task_id,
-    task_folders,
-)
-from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig, parse_image_map
+from orchestrator.common.defaults import BASE_IMAGE_MAP_ENV, DEFAULT_KEY_ENV
+
+if TYPE_CHECKING:
+    from orchestrator.gateway.sampling import Sampling
+    from orchestrator.gateway.settings import ModelConfig
+    from orchestrator.tasks.task import Task
+    from orchestrator.trials.config import TrialConfig
+
+# The parsers (`add_*_options`) import only the standard library, rich and the defaults they
+# show; what the options become (`model_of`, `tasks_of`, `config_of`) is imported when a
+# command runs.
 
 EXIT_INFRA = 3
 # SIGINT, SIGTERM and SIGHUP all stop `trialbox run` the way Ctrl-C does; it then exits with
@@ -243,6 +238,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def model_of(args: Any) -> ModelConfig | None:
     """The model settings the options give, or None; a half-given model is an error."""
+    from orchestrator.gateway.sampling import check_extra_keys, check_sampling_keys
+    from orchestrator.gateway.settings import ModelConfig, ModelLimits
+
     name, url = getattr(args, "model", None), getattr(args, "model_url", None)
     if name is None and url is None:
         return None
@@ -262,6 +260,9 @@ def model_of(args: Any) -> ModelConfig | None:
 def sampling_from(args: Any) -> Sampling:
     """--sampling's settings with --temperature, --top-p and --max-tokens; a key given both
     ways is an error, since neither place would say which wins."""
+    from orchestrator.cli.settings import sampling_of
+    from orchestrator.gateway.sampling import Sampling, sampling_problem
+
     given = sampling_of(getattr(args, "sampling", None) or [])
     assert isinstance(given, dict)
     flags = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens}
@@ -292,6 +293,8 @@ def add_base_image_option(parser: argparse.ArgumentParser) -> None:
 def tasks_of(args: Any) -> list[Task]:
     """The tasks PATH and --task-id name, less those --exclude-task matches (left out before
     loading: an excluded task is never read)."""
+    from orchestrator.tasks.task import discover_tasks, load_tasks, resolve_task_id, task_folders
+
     excluded = list(getattr(args, "exclude_task", None) or [])
     if args.task_id:
         folders = [resolve_task_id(args.path, tid) for tid in args.task_id]
@@ -307,6 +310,8 @@ def tasks_of(args: Any) -> list[Task]:
 
 def config_of(args: Any) -> TrialConfig:
     """The trial config the options give (`args`: argparse's namespace or RunSettings)."""
+    from orchestrator.trials.config import TrialConfig, parse_image_map
+
     config = TrialConfig(
         jobs_dir=getattr(args, "jobs_dir", Path("jobs")),
         keep_containers=getattr(args, "keep_containers", False),

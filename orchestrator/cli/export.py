@@ -8,9 +8,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.report.build import read_jobs
-from orchestrator.report.export import rows_of, write
-
 DESCRIPTION = """\
 One row per trial that has a result.json (superseded attempts too: keep rows with counted =
 true for the samples the job's aggregates use): ids, task, attempt, status, error category
@@ -51,6 +48,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from orchestrator.report.build import read_jobs
+    from orchestrator.report.export import rows_of, write
+
     jobs = read_jobs(args.paths)
     rows = [row for job in jobs for row in rows_of(job, with_trajectories=args.with_trajectories)]
     say = Console(stderr=True)  # stdout may be the data

@@ -9,10 +9,11 @@ hosted APIs serve) tells at once whether anything answers there.
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
 
-from orchestrator.gateway.settings import ModelConfig
-from orchestrator.trials.agents import Agent
+if TYPE_CHECKING:
+    from orchestrator.gateway.settings import ModelConfig
+    from orchestrator.trials.agents import Agent
 
 MODEL_CHECK_TIMEOUT_SEC = 5.0
 SKIP_HINT = "or skip this check with --no-model-check (job file: no_model_check = true)"
@@ -37,6 +38,8 @@ def probe_model_url(base_url: str, timeout_sec: float = MODEL_CHECK_TIMEOUT_SEC)
     """One GET of `<base_url>/models`; any answer below 500 means a server is there (401, 403
     and 404 too: a key or a route is a trial's business). No retry, no proxy (the gateway
     reaches the upstream directly too)."""
+    import httpx  # here: `trialbox run --help` loads no HTTP client
+
     url = f"{base_url.rstrip('/')}/models"
     try:
         with httpx.Client(timeout=timeout_sec, trust_env=False) as client:

@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -21,10 +21,13 @@ from orchestrator.cli.common import (
     progress_bar,
     tasks_of,
 )
-from orchestrator.sandbox import Backend
-from orchestrator.service.prewarm import DEFAULT_PARALLEL_BUILDS, PrewarmError, PrewarmRow, prewarm
-from orchestrator.trials.bundle_agent import BundleAgent
-from orchestrator.trials.config import TrialConfig
+from orchestrator.common.defaults import DEFAULT_PARALLEL_BUILDS
+
+if TYPE_CHECKING:
+    from orchestrator.sandbox import Backend
+    from orchestrator.service.prewarm import PrewarmRow
+    from orchestrator.trials.bundle_agent import BundleAgent
+    from orchestrator.trials.config import TrialConfig
 
 
 class _Cluster(Protocol):
@@ -87,6 +90,8 @@ def _totals(rows: list[PrewarmRow], seconds: float) -> str:
 async def _prewarm_nodes(args: argparse.Namespace, console: Console, config: TrialConfig) -> int:
     """Every node of the cluster warmed, with progress per node. With a registry the first
     node builds and pushes, then the others pull; without one each node builds."""
+    from orchestrator.service.prewarm import PrewarmError, prewarm
+
     started = time.monotonic()
     tasks = tasks_of(args)
     cluster = config.backend.build(config.limits)
@@ -122,6 +127,8 @@ async def _prewarm_nodes(args: argparse.Namespace, console: Console, config: Tri
 async def _prewarm(
     args: argparse.Namespace, console: Console, bundle: BundleAgent | None = None
 ) -> int:
+    from orchestrator.service.prewarm import PrewarmError, prewarm
+
     started = time.monotonic()
     config = on_cluster(config_of(args), args)
     if config.backend.type == "ray":
@@ -164,5 +171,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             "the bundle's images on each node's engine without a cluster",
         )
         return 1
+    from orchestrator.trials.bundle_agent import BundleAgent
+
     bundle = None if args.bundle is None else BundleAgent.load(args.bundle)  # builds a project
     return asyncio.run(_prewarm(args, console, bundle))

@@ -11,7 +11,6 @@ from rich.table import Table
 
 from orchestrator.cli.cluster import RAY_ENV, on_cluster
 from orchestrator.cli.common import print_error
-from orchestrator.trials.config import TrialConfig
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -36,6 +35,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 async def _reap(args: argparse.Namespace, console: Console) -> int:
+    from orchestrator.trials.config import TrialConfig
+
     config = on_cluster(TrialConfig(), args)
     backend = config.backend.build(config.limits)
     leftovers = await backend.find_leftovers(owner=args.owner, job=args.job)

@@ -14,7 +14,7 @@ from argparse import SUPPRESS
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -35,27 +35,18 @@ from orchestrator.cli.common import (
     signal_exit_code,
     tasks_of,
 )
-from orchestrator.cli.dataset_checks import check_base_images
 from orchestrator.cli.labels import label_value, read_labels
 from orchestrator.cli.model_check import MODEL_CHECK_TIMEOUT_SEC, check_model
-from orchestrator.cli.settings import (
-    RunOptions,
-    RunSettings,
-    load_settings,
-    resume_overrides,
-)
-from orchestrator.common.errors import TaskError
-from orchestrator.common.ids import check_id
-from orchestrator.common.limits import Limits
-from orchestrator.service.job import JobRecord, resume_job, run_job, task_unusable
-from orchestrator.service.job_config import JobConfigFile
-from orchestrator.service.job_ids import fresh_job_id
-from orchestrator.service.job_resume import needs_rerun
-from orchestrator.service.job_store import CONFIG_FILE
-from orchestrator.tasks.task import Task, task_folders
-from orchestrator.trials.agents import parse_agent
-from orchestrator.trials.config import BASE_IMAGE_MAP_ENV, TrialConfig
-from orchestrator.trials.result import TrialResult
+from orchestrator.common.defaults import BASE_IMAGE_MAP_ENV
+
+if TYPE_CHECKING:
+    from orchestrator.cli.settings import RunSettings
+    from orchestrator.service.job import JobRecord
+    from orchestrator.tasks.task import Task
+    from orchestrator.trials.result import TrialResult
+
+# The parser is built from the imports above alone (`trialbox run --help` loads no engine
+# SDK or HTTP stack); what a run needs is imported where it runs.
 
 DESCRIPTION = f"""\
 Run trials and print a summary. Exit code 0 when every trial ran, 1 on bad input or a task
@@ -156,6 +147,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
     """The options typed on the command line, by RunOptions' field names."""
+    from orchestrator.cli.settings import RunOptions
+
     given = {"json_output" if k == "json" else k: v for k, v in vars(args).items()}
     # An optional positional left out still arrives: its SUPPRESS default through its type.
     return {k: v for k, v in given.items() if k in RunOptions.model_fields and str(v) != SUPPRESS}
@@ -176,6 +169,9 @@ class _Job:
 
 def _labels(settings: RunSettings, tasks: list[Task]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(job-wide metadata, per-task metadata) from --label or --labels."""
+    from orchestrator.common.errors import TaskError
+    from orchestrator.tasks.task import task_folders
+
     if settings.label is not None and settings.labels is not None:
         raise ValueError("--label and --labels: give one of them")
     if settings.labels is None:
@@ -190,6 +186,12 @@ def _labels(settings: RunSettings, tasks: list[Task]) -> tuple[dict[str, Any], d
 
 
 def _new_job(settings: RunSettings) -> _Job:
+    from orchestrator.cli.dataset_checks import check_base_images
+    from orchestrator.common.ids import check_id
+    from orchestrator.service.job import run_job
+    from orchestrator.service.job_ids import fresh_job_id
+    from orchestrator.trials.agents import parse_agent
+
     if settings.path is None:
         raise ValueError("give PATH (a task folder, or a folder of task folders), or --resume")
     tasks = tasks_of(settings)
@@ -227,10 +229,18 @@ def _new_job(settings: RunSettings) -> _Job:
 
 def _this_owner() -> str:
     """The owner a resumed job's sandboxes get: this process's (the first run's is gone)."""
+    from orchestrator.trials.config import TrialConfig
+
     return str(TrialConfig.model_fields["owner"].get_default(call_default_factory=True))
 
 
 def _resumed_job(job_dir: Path, given: dict[str, Any], args: argparse.Namespace) -> _Job:
+    from orchestrator.cli.settings import resume_overrides
+    from orchestrator.common.limits import Limits
+    from orchestrator.service.job import resume_job
+    from orchestrator.service.job_config import JobConfigFile
+    from orchestrator.service.job_store import CONFIG_FILE
+
     overrides = resume_overrides(given)
     job_dir = job_dir.resolve()
     try:
@@ -293,6 +303,9 @@ def _totals(job: JobRecord) -> str:
 
 
 async def _drive(plan: _Job, console: Console) -> int:
+    from orchestrator.service.job import task_unusable
+    from orchestrator.service.job_resume import needs_rerun
+
     announce_job(plan.job_id, plan.owner)
     job: JobRecord | None = None
     with progress_bar(console, disable=plan.json_output) as progress:
@@ -346,6 +359,8 @@ async def _drive(plan: _Job, console: Console) -> int:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from orchestrator.cli.settings import load_settings
+
     given = _given(args)
     resume: Path | None = getattr(args, "resume", None)
     if resume is not None:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -19,11 +20,18 @@ from orchestrator.cli.common import (
     config_of,
     print_error,
 )
-from orchestrator.cli.dataset_checks import check_base_images, serve_tasks
-from orchestrator.service.engine import DEFAULT_RETENTION_SEC
-from orchestrator.service.http_limits import HttpLimits
-from orchestrator.service.rollouts import MAX_BODY_BYTES, MAX_METADATA_BYTES
-from orchestrator.trials.bundle_agent import BundleAgent
+from orchestrator.common.defaults import (
+    DEFAULT_HEADER_TIMEOUT_SEC,
+    DEFAULT_KEEP_ALIVE_TIMEOUT_SEC,
+    DEFAULT_RETENTION_SEC,
+    MAX_BODY_BYTES,
+    MAX_METADATA_BYTES,
+    default_max_connections,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.service.http_limits import HttpLimits
+    from orchestrator.trials.bundle_agent import BundleAgent
 
 TOKEN_ENV = "TRIALBOX_ADMIN_TOKEN"
 TENANT_TOKENS_ENV = "TRIALBOX_TENANT_TOKENS"
@@ -166,24 +174,23 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     """The HTTP connection limits (docs/serving.md, 'Connection limits')."""
-    default = HttpLimits()
     group = parser.add_argument_group("connection limits")
     group.add_argument(
         "--header-timeout",
         type=float,
-        default=default.header_timeout,
+        default=DEFAULT_HEADER_TIMEOUT_SEC,
         metavar="SEC",
         help="a request head not complete SEC seconds after its first byte, or a body that "
         f"sends nothing for SEC seconds, is answered 408 and closed (default: "
-        f"{default.header_timeout:g})",
+        f"{DEFAULT_HEADER_TIMEOUT_SEC:g})",
     )
     group.add_argument(
         "--keep-alive-timeout",
         type=float,
-        default=default.keep_alive_timeout,
+        default=DEFAULT_KEEP_ALIVE_TIMEOUT_SEC,
         metavar="SEC",
         help="a connection with no request under way is closed after SEC seconds "
-        f"(default: {default.keep_alive_timeout:g})",
+        f"(default: {DEFAULT_KEEP_ALIVE_TIMEOUT_SEC:g})",
     )
     group.add_argument(
         "--max-connections",
@@ -191,12 +198,14 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="connections served at once; more are answered 503 with Retry-After (default: "
-        f"{default.max_connections} here: 1000, or a quarter of `ulimit -n` when lower)",
+        f"{default_max_connections()} here: 1000, or a quarter of `ulimit -n` when lower)",
     )
 
 
 def connection_limits(args: argparse.Namespace) -> HttpLimits:
     """`HttpLimits` of the flags; a ValueError naming the flag when one is not above 0."""
+    from orchestrator.service.http_limits import HttpLimits
+
     flags = {
         "header_timeout": ("--header-timeout", args.header_timeout),
         "keep_alive_timeout": ("--keep-alive-timeout", args.keep_alive_timeout),
@@ -213,6 +222,8 @@ def connection_limits(args: argparse.Namespace) -> HttpLimits:
 
 def bundle_agent(args: argparse.Namespace) -> BundleAgent:
     """The agent of `--bundle` (built now when a project: never on the server's loop)."""
+    from orchestrator.trials.bundle_agent import BundleAgent
+
     if args.agent != "oracle":
         raise ValueError("--bundle is the default agent: give it or --agent, not both")
     return BundleAgent.load(args.bundle, config_file=args.workflow_config)
@@ -225,6 +236,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     except ImportError:
         print_error(console, "serving needs the extra: pip install 'trialbox[serve]'")
         return 1
+    from orchestrator.cli.dataset_checks import check_base_images, serve_tasks
     from orchestrator.service.engine import TrialEngine
 
     if args.max_queue_depth is not None and args.max_queue_depth < 1:

@@ -10,9 +10,9 @@ from types import FrameType
 
 from rich.console import Console
 
-from orchestrator.report.build import report_html
-from orchestrator.report.files import DEFAULT_LOG_CAP
-from orchestrator.report.server import DEFAULT_HOST, DEFAULT_PORT, ReportServer
+from orchestrator.common.defaults import DEFAULT_LOG_CAP
+from orchestrator.common.defaults import DEFAULT_REPORT_HOST as DEFAULT_HOST
+from orchestrator.common.defaults import DEFAULT_REPORT_PORT as DEFAULT_PORT
 
 DESCRIPTION = """\
 The report of jobs: counts by status and error category, mean reward and pass@k (also with
@@ -67,6 +67,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from orchestrator.report.build import report_html
+    from orchestrator.report.server import ReportServer
+
     if args.log_cap < 1000:
         raise ValueError("--log-cap: give at least 1000 bytes")
     if args.out is not None:

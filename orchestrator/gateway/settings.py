@@ -12,9 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from orchestrator.common.defaults import DEFAULT_KEY_ENV
 from orchestrator.gateway.sampling import Sampling, check_extra_keys, check_sampling_keys
-
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 """The config of every model a request or a settings file fills: unknown keys and non-finite

@@ -13,10 +13,37 @@
 | `export` | one row per trial as JSON Lines, CSV or Parquet |
 """
 
-from orchestrator.report.build import live_state, read_jobs, report_html
-from orchestrator.report.disk import JobOnDisk, NoJobFound, find_jobs, read_job
-from orchestrator.report.export import ExportRow, rows_of, write
-from orchestrator.report.server import ReportServer, serving
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.common.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from orchestrator.report.build import live_state, read_jobs, report_html
+    from orchestrator.report.disk import JobOnDisk, NoJobFound, find_jobs, read_job
+    from orchestrator.report.export import ExportRow, rows_of, write
+    from orchestrator.report.server import ReportServer, serving
+
+# Imported on first use (PEP 562): `trialbox view`'s parser reads `files`' and `server`'s
+# defaults without loading the rest.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ExportRow": "orchestrator.report.export",
+        "JobOnDisk": "orchestrator.report.disk",
+        "NoJobFound": "orchestrator.report.disk",
+        "ReportServer": "orchestrator.report.server",
+        "find_jobs": "orchestrator.report.disk",
+        "live_state": "orchestrator.report.build",
+        "read_job": "orchestrator.report.disk",
+        "read_jobs": "orchestrator.report.build",
+        "report_html": "orchestrator.report.build",
+        "rows_of": "orchestrator.report.export",
+        "serving": "orchestrator.report.server",
+        "write": "orchestrator.report.export",
+    },
+)
 
 __all__ = [
     "ExportRow",

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-DEFAULT_LOG_CAP = 24_000
+from orchestrator.common.defaults import DEFAULT_LOG_CAP
+
 # When a file is cut, its head keeps how it started and its tail where it ended: errors
 # are usually at the end, so the tail gets most of the room.
 _HEAD_SHARE = 0.25

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from orchestrator.common.defaults import DEFAULT_REPORT_HOST as DEFAULT_HOST
+from orchestrator.common.defaults import DEFAULT_REPORT_PORT as DEFAULT_PORT
 from orchestrator.report.build import live_state, report_html, trial_html
 from orchestrator.report.disk import NoJobFound
 from orchestrator.report.files import DEFAULT_LOG_CAP
@@ -31,8 +33,6 @@ from orchestrator.report.htmlkit import esc
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
 # For fragments and JSON; the page itself carries its own policy with its script's nonce.
 _POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'"
 

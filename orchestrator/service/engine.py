@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Never
 
+from orchestrator.common.defaults import DEFAULT_RETENTION_SEC
 from orchestrator.common.ids import check_id, new_id, trial_id_for
 from orchestrator.common.suggest import did_you_mean
 from orchestrator.gateway.server import Gateway
@@ -64,7 +65,6 @@ from orchestrator.trials.result import TrialResult
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RETENTION_SEC = 15 * 60
 CALLBACK_DRAIN_SEC = 30.0
 _engines: weakref.WeakSet[TrialEngine] = weakref.WeakSet()
 

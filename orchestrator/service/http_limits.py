@@ -1,25 +1,16 @@
-"""`HttpLimits`: the connection limits of `trialbox serve` and their defaults, as a model the
-CLI can build without the `serve` extra (`http_protocol.py` enforces them under uvicorn)."""
+"""`HttpLimits`: the connection limits of `trialbox serve` (their defaults are in
+`common/defaults.py`, for the CLI's help), as a model the CLI can build without the `serve`
+extra (`http_protocol.py` enforces them under uvicorn)."""
 
 from __future__ import annotations
 
-import resource
-
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_HEADER_TIMEOUT_SEC = 10.0
-DEFAULT_KEEP_ALIVE_TIMEOUT_SEC = 5.0
-MAX_CONNECTIONS_CEILING = 1000
-
-
-def default_max_connections() -> int:
-    """1000, or a quarter of the descriptor limit (`ulimit -n`) when that is lower: the rest
-    stays for what the server opens itself (the engine's sockets, trial logs, gateway slots),
-    and even the hard ceiling (twice this) keeps half of the limit free."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_CONNECTIONS_CEILING
-    return max(1, min(MAX_CONNECTIONS_CEILING, soft // 4))
+from orchestrator.common.defaults import (
+    DEFAULT_HEADER_TIMEOUT_SEC,
+    DEFAULT_KEEP_ALIVE_TIMEOUT_SEC,
+    default_max_connections,
+)
 
 
 class HttpLimits(BaseModel):

@@ -15,17 +15,13 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from orchestrator.common.defaults import DEFAULT_PARALLEL_BUILDS
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Backend, ImagePlan
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
-
-# Measured with benchmarks/image_build.py on 2 cores (Docker's classic builder, fuse-overlayfs):
-# prewarming 8 images took 1.30x the plain builds one after another with 2 at once, 1.15x
-# with 3, 1.12x with 4. The engine's per-step overhead, not the cores, bounds it.
-DEFAULT_PARALLEL_BUILDS = 4
 
 
 class PrewarmRow(BaseModel):

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import AnyHttpUrl, BaseModel, Field, JsonValue, field_validator, model_validator
 
+from orchestrator.common.defaults import MAX_BODY_BYTES as MAX_BODY_BYTES
+from orchestrator.common.defaults import MAX_METADATA_BYTES as MAX_METADATA_BYTES
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.ids import ROLLOUT_ID_PATTERN
 from orchestrator.gateway.record import Usage
@@ -21,10 +23,6 @@ ran) and `cancelled_running` (its trial was aborted) end `cancelled`; `finishing
 its trial's phases were over (verified, or a phase failed) and it ends with its own outcome,
 `success` or `failure`; `not_found`: no live rollout of that id."""
 
-MAX_BODY_BYTES = 1 << 20
-"""A request body larger than this is answered 413 (`--max-body-bytes`)."""
-MAX_METADATA_BYTES = 256 << 10
-"""A rollout whose metadata is larger than this as JSON is answered 413 (`--max-metadata-bytes`)."""
 MAX_WAIT_SEC = 25.0
 """The longest long poll (`GET /rollouts/{id}?wait=N`): every answer comes within it, so a
 proxy that cuts slow responses may sit in between."""

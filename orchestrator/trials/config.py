@@ -8,12 +8,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.backends import BackendConfig, DockerBackendConfig
+from orchestrator.common.defaults import BASE_IMAGE_MAP_ENV
 from orchestrator.common.limits import Limits
 from orchestrator.common.scrub import SAFE_SECRET_LEN, check_secret_lengths
 from orchestrator.gateway.settings import ModelConfig
 from orchestrator.sandbox.creator import default_owner
-
-BASE_IMAGE_MAP_ENV = "TRIALBOX_BASE_IMAGE_MAP"
 
 
 def parse_image_map(entries: list[str] | str) -> dict[str, str]:

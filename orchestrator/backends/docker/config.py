@@ -1,4 +1,5 @@
-"""How a trial config chooses the Docker backend. Importing this does not import `docker`."""
+"""How a trial config chooses the Docker backend. Importing this does not import `docker`, nor
+does `import orchestrator` (tests/test_lazy_imports.py holds both); `build()` does."""
 
 from __future__ import annotations
 

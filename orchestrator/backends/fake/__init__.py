@@ -37,8 +37,27 @@ knowingly differs from a container:
   labels are engine-wide.
 """
 
-from orchestrator.backends.fake.backend import FakeBackend
-from orchestrator.backends.fake.sandbox import FakeSandbox
-from orchestrator.backends.fake.scripting import ExecCall, Faults, Handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.common.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from orchestrator.backends.fake.backend import FakeBackend
+    from orchestrator.backends.fake.sandbox import FakeSandbox
+    from orchestrator.backends.fake.scripting import ExecCall, Faults, Handler
+
+# Imported on first use (PEP 562), so `config` (what `BackendConfig` imports) stays light.
+_LAZY = {
+    "ExecCall": "orchestrator.backends.fake.scripting",
+    "FakeBackend": "orchestrator.backends.fake.backend",
+    "FakeSandbox": "orchestrator.backends.fake.sandbox",
+    "Faults": "orchestrator.backends.fake.scripting",
+    "Handler": "orchestrator.backends.fake.scripting",
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = ["ExecCall", "FakeBackend", "FakeSandbox", "Faults", "Handler"]

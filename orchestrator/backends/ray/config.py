@@ -1,4 +1,6 @@
-"""How a trial config chooses a Ray cluster. Importing this does not import `ray`."""
+"""How a trial config chooses a Ray cluster. Importing this does not import `ray` or
+`docker`, nor does `import orchestrator` (tests/test_lazy_imports.py holds both); `build()`
+does."""
 
 from __future__ import annotations
 
