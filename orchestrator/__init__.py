@@ -27,11 +27,11 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from orchestrator.common.limits import Limits
     from orchestrator.gateway.record import Usage
     from orchestrator.gateway.settings import ModelConfig, ModelLimits, ModelOverride, Sampling
+    from orchestrator.jobs.record import JobRecord
     from orchestrator.sandbox import Backend, Capabilities, ExecResult, Sandbox, SandboxSpec
     from orchestrator.service.abort import abort
     from orchestrator.service.engine import TrialEngine
     from orchestrator.service.job import resume_job, run_job
-    from orchestrator.service.job_record import JobRecord
     from orchestrator.service.prewarm import PrewarmError, PrewarmRow, prewarm
     from orchestrator.service.retries import Backoff
     from orchestrator.service.rollouts import (
@@ -66,7 +66,7 @@ _LAZY: dict[str, str] = {
     "ExecResult": "orchestrator.sandbox",
     "FakeBackendConfig": "orchestrator.backends",
     "ImageBuildError": "orchestrator.common.errors",
-    "JobRecord": "orchestrator.service.job_record",
+    "JobRecord": "orchestrator.jobs.record",
     "JobResult": "orchestrator.trials.result",
     "Limits": "orchestrator.common.limits",
     "ModelConfig": "orchestrator.gateway.settings",

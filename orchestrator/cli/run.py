@@ -188,8 +188,8 @@ def _labels(settings: RunSettings, tasks: list[Task]) -> tuple[dict[str, Any], d
 def _new_job(settings: RunSettings) -> _Job:
     from orchestrator.cli.dataset_checks import check_base_images
     from orchestrator.common.ids import check_id
+    from orchestrator.jobs.ids import fresh_job_id
     from orchestrator.service.job import run_job
-    from orchestrator.service.job_ids import fresh_job_id
     from orchestrator.trials.agents import parse_agent
 
     if settings.path is None:
@@ -237,9 +237,9 @@ def _this_owner() -> str:
 def _resumed_job(job_dir: Path, given: dict[str, Any], args: argparse.Namespace) -> _Job:
     from orchestrator.cli.settings import resume_overrides
     from orchestrator.common.limits import Limits
+    from orchestrator.jobs.config import JobConfigFile
+    from orchestrator.jobs.store import CONFIG_FILE
     from orchestrator.service.job import resume_job
-    from orchestrator.service.job_config import JobConfigFile
-    from orchestrator.service.job_store import CONFIG_FILE
 
     overrides = resume_overrides(given)
     job_dir = job_dir.resolve()
@@ -303,8 +303,8 @@ def _totals(job: JobRecord) -> str:
 
 
 async def _drive(plan: _Job, console: Console) -> int:
+    from orchestrator.jobs.results import needs_rerun
     from orchestrator.service.job import task_unusable
-    from orchestrator.service.job_resume import needs_rerun
 
     announce_job(plan.job_id, plan.owner)
     job: JobRecord | None = None

@@ -26,9 +26,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from orchestrator.service.job_config import JobConfigFile
-from orchestrator.service.job_resume import RESULT_FILE, chains_of, read_results
-from orchestrator.service.job_store import CONFIG_FILE, JOB_FILE, LOCK_FILE
+from orchestrator.jobs.config import JobConfigFile
+from orchestrator.jobs.results import RESULT_FILE, chains_of, read_results
+from orchestrator.jobs.store import CONFIG_FILE, JOB_FILE, LOCK_FILE
 from orchestrator.trials.result import TrialResult
 from orchestrator.trials.spec import read_spec
 

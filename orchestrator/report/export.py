@@ -21,10 +21,10 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from orchestrator.jobs.aggregates import counted
 from orchestrator.report import trajectory
 from orchestrator.report.disk import JobOnDisk
 from orchestrator.report.stats import PHASES
-from orchestrator.service.aggregates import counted
 from orchestrator.trials.result import TrialResult
 
 ExportFormat = Literal["jsonl", "csv", "parquet"]

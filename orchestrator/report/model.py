@@ -12,11 +12,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from orchestrator.jobs.aggregates import counted
 from orchestrator.report import stats, timeline
 from orchestrator.report.disk import JobOnDisk, JobState, Unfinished
 from orchestrator.report.files import DEFAULT_LOG_CAP, LogText, trial_logs
 from orchestrator.report.trajectory import AGENT_TRAJECTORY, TRAJECTORY, TrajectoryView, load, view
-from orchestrator.service.aggregates import counted
 from orchestrator.trials.result import TrialResult
 
 _ERROR_LINE_CAP = 300
@@ -162,7 +162,7 @@ def job_page(job: JobOnDisk) -> JobPage:
         state=job.state,
         agent=job.config.agent if job.config else (last[0].agent_spec if last else None),
         started_at=job.started_at,
-        summary=stats.summarize(
+        summary=stats.job_summary(
             last,
             job.results,
             n_expected=job.n_expected,

@@ -1,7 +1,7 @@
 """What a job's numbers are on the page: the job's own aggregates, the same with infra
 failures counted as zeros, where the time went, and how the rewards are spread.
 
-The official numbers are `service.aggregates`' (infra failures, cancelled trials and
+The official numbers are `jobs.aggregates`' (infra failures, cancelled trials and
 unusable tasks never count). Counting infra failures as zeros as well shows what the
 infrastructure cost: a large gap between the two says the machine, not the agent, lost
 those samples.
@@ -14,7 +14,7 @@ from typing import get_args
 
 from pydantic import BaseModel, Field
 
-from orchestrator.service.aggregates import counted, pass_at_k
+from orchestrator.jobs.aggregates import counted, tally
 from orchestrator.trials.result import Phase, TrialResult
 
 # The order they run in (trial.py), so each starts where the one before ended.
@@ -73,7 +73,7 @@ def with_infra(results: list[TrialResult]) -> list[TrialResult]:
     return changed
 
 
-def summarize(
+def job_summary(
     last: list[TrialResult],
     every: list[TrialResult],
     *,
@@ -83,26 +83,27 @@ def summarize(
     n_interrupted_rerun: int = 0,
 ) -> Summary:
     """`last`: one result per (task, attempt); `every`: all results, reruns' earlier ones too
-    (they took time). The trials without a result are only counted, never in the figures."""
-    scored = counted(last)
-    scored_all = counted(with_infra(last))
+    (they took time). The trials without a result are only counted, never in the figures.
+    The figures are the job's own (`jobs.aggregates.tally`), and the same with infra
+    failures counted as zeros."""
+    official, with_zeros = tally(last), tally(with_infra(last))
     starts = [r.started_at for r in every]
     ends = [r.finished_at for r in every if r.finished_at is not None]
     return Summary(
-        n_trials=len(last),
+        n_trials=official.n_trials,
         n_expected=n_expected,
         n_in_flight=n_in_flight,
         n_interrupted=n_interrupted,
         n_interrupted_rerun=n_interrupted_rerun,
         n_superseded=len(every) - len(last),
-        counts_by_status=dict(Counter(r.status for r in last)),
-        counts_by_category=dict(Counter(r.error.category for r in last if r.error)),
-        n_counted=len(scored),
-        mean_reward=_mean(scored),
-        pass_at_k=pass_at_k(last),
-        n_counted_with_infra=len(scored_all),
-        mean_reward_with_infra=_mean(scored_all),
-        pass_at_k_with_infra=pass_at_k(with_infra(last)),
+        counts_by_status=official.counts_by_status,
+        counts_by_category=official.counts_by_error_category,
+        n_counted=official.n_counted,
+        mean_reward=official.mean_reward,
+        pass_at_k=official.pass_at_k,
+        n_counted_with_infra=with_zeros.n_counted,
+        mean_reward_with_infra=with_zeros.mean_reward,
+        pass_at_k_with_infra=with_zeros.pass_at_k,
         phase_seconds={p: sum(getattr(r.timings, p) for r in every) for p in PHASES},
         trial_seconds=sum(r.timings.total for r in every),
         wall_seconds=(max(ends) - min(starts)).total_seconds() if starts and ends else 0.0,
@@ -133,8 +134,3 @@ def histogram(last: list[TrialResult]) -> Histogram:
         for i in range(_BINS)
     ]
     return Histogram(bins=bins, no_reward=no_reward)
-
-
-def _mean(results: list[TrialResult]) -> float | None:
-    rewards = [r.reward if r.reward is not None else 0.0 for r in results]
-    return sum(rewards) / len(rewards) if rewards else None

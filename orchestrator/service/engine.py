@@ -39,12 +39,12 @@ from orchestrator.common.defaults import DEFAULT_RETENTION_SEC
 from orchestrator.common.ids import check_id, new_id, trial_id_for
 from orchestrator.common.suggest import did_you_mean
 from orchestrator.gateway.server import Gateway
+from orchestrator.jobs.store import lock_job_dir, mark_superseded, record_unrun
 from orchestrator.sandbox import Backend
 from orchestrator.service.admission import Admission, waiting_in
 from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
-from orchestrator.service.job_store import lock_job_dir, mark_superseded, record_unrun
 from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
 from orchestrator.service.retries import Backoff, with_retries

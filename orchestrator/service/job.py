@@ -21,21 +21,21 @@ from orchestrator.common.atomic_write import write_atomic
 from orchestrator.common.host_storage import host_storage_error
 from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
-from orchestrator.sandbox import Backend
-from orchestrator.sandbox.reclaim import reclaim_dead
-from orchestrator.service.aggregates import counted, pass_at_k, summarize, task_unusable
-from orchestrator.service.base_image_check import check_base_image_map
-from orchestrator.service.engine import TrialEngine
-from orchestrator.service.job_config import JobConfigFile, public_trial_config
-from orchestrator.service.job_ids import fresh_job_id
-from orchestrator.service.job_record import Chain, JobRecord, record_of
-from orchestrator.service.job_resume import chains_of, match_chains, needs_rerun, read_results
-from orchestrator.service.job_store import (
+from orchestrator.jobs.aggregates import counted, pass_at_k, summarize, task_unusable
+from orchestrator.jobs.config import JobConfigFile, public_trial_config
+from orchestrator.jobs.ids import fresh_job_id
+from orchestrator.jobs.record import Chain, JobRecord, record_of
+from orchestrator.jobs.results import chains_of, match_chains, needs_rerun, read_results
+from orchestrator.jobs.store import (
     CONFIG_FILE,
     JobStore,
     claim_job_dir,
     lock_job_dir,
 )
+from orchestrator.sandbox import Backend
+from orchestrator.sandbox.reclaim import reclaim_dead
+from orchestrator.service.base_image_check import check_base_image_map
+from orchestrator.service.engine import TrialEngine
 from orchestrator.service.retries import Backoff, with_retries
 from orchestrator.service.rollouts import RolloutRequest
 from orchestrator.tasks.task import Task, load_task

@@ -20,6 +20,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from orchestrator.jobs.aggregates import is_infra
 from orchestrator.trials.result import TrialResult
 
 
@@ -33,12 +34,6 @@ class Backoff:
     def __post_init__(self) -> None:
         if self.first_sec < 0 or self.max_sec < self.first_sec:
             raise ValueError("a backoff needs 0 <= first_sec <= max_sec")
-
-
-def is_infra(result: TrialResult) -> bool:
-    """A discarded sample: the trial failed for infrastructure reasons."""
-    error = result.error
-    return result.status == "failure" and error is not None and error.category == "infra"
 
 
 async def with_retries(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.service import job_store
+from orchestrator.jobs import store as job_store
 from orchestrator.service.job import run_job
 from orchestrator.trials.finish import TrialFinish
 from tests.jobs.helpers import fake_config, make_tasks

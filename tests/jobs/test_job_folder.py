@@ -12,8 +12,8 @@ import pytest
 
 from orchestrator import JobResult, ModelConfig, TrialResult
 from orchestrator.common.ids import TRIAL_ID_PATTERN
+from orchestrator.jobs.ids import default_job_id
 from orchestrator.service.job import JobRecord, run_job
-from orchestrator.service.job_ids import default_job_id
 from tests.jobs.helpers import fake_config, make_tasks
 
 SECRET = "sk-job-secret-4242"

@@ -12,8 +12,8 @@ from typing import Any
 
 from container_runtime import atif
 from orchestrator import Limits, TrialConfig
+from orchestrator.jobs.store import lock_job_dir
 from orchestrator.service.job import JobRecord, run_job
-from orchestrator.service.job_store import lock_job_dir
 from tests.conftest import write_task
 
 QUICK = Limits(stop_term_grace_sec=0.5, stop_kill_grace_sec=0.5)

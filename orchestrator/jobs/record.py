@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import Field
 
 from orchestrator.common.ids import check_id
-from orchestrator.service.aggregates import summarize
+from orchestrator.jobs.aggregates import summarize
 from orchestrator.trials.result import JobResult, TrialResult
 
 

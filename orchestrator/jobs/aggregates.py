@@ -11,7 +11,15 @@ from collections.abc import Sequence
 from math import comb
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from orchestrator.trials.result import JobResult, TrialResult
+
+
+def is_infra(result: TrialResult) -> bool:
+    """A discarded sample: the trial failed for infrastructure reasons."""
+    error = result.error
+    return result.status == "failure" and error is not None and error.category == "infra"
 
 
 def task_unusable(result: TrialResult) -> bool:
@@ -55,17 +63,34 @@ def pass_at_k(results: Sequence[TrialResult]) -> dict[int, float]:
     return scores
 
 
-def summarize(job_id: str, job_dir: Path, results: list[TrialResult]) -> JobResult:
-    """The aggregate of `results`, one per (task, attempt): the last attempt of each."""
+class Tally(BaseModel):
+    """What results add up to: the figures a job reports and its report shows."""
+
+    n_trials: int
+    n_counted: int
+    mean_reward: float | None
+    pass_at_k: dict[int, float]
+    counts_by_status: dict[str, int]
+    counts_by_error_category: dict[str, int]
+
+
+def tally(results: Sequence[TrialResult]) -> Tally:
+    """The figures of `results`, one per (task, attempt): only counted samples enter the
+    mean (a counted trial without a reward is a zero) and pass@k."""
     rewards = [r.reward if r.reward is not None else 0.0 for r in counted(results)]
-    return JobResult(
-        job_id=job_id,
-        job_dir=str(job_dir),
+    return Tally(
         n_trials=len(results),
         n_counted=len(rewards),
         mean_reward=sum(rewards) / len(rewards) if rewards else None,
         pass_at_k=pass_at_k(results),
         counts_by_status=dict(Counter(r.status for r in results)),
         counts_by_error_category=dict(Counter(r.error.category for r in results if r.error)),
-        trials=results,
+    )
+
+
+def summarize(job_id: str, job_dir: Path, results: list[TrialResult]) -> JobResult:
+    """The job's result: the tally of `results`, one per (task, attempt), the last attempt
+    of each, with the results themselves."""
+    return JobResult(
+        job_id=job_id, job_dir=str(job_dir), **tally(results).model_dump(), trials=results
     )

@@ -22,7 +22,7 @@ import aiofiles.os
 from orchestrator.common.atomic_write import write_atomic, write_atomic_sync
 from orchestrator.common.host_storage import disk_full, host_storage_error
 from orchestrator.common.ids import check_id
-from orchestrator.service.job_record import JobRecord
+from orchestrator.jobs.record import JobRecord
 from orchestrator.trials.materialize import claim_folder
 from orchestrator.trials.result import TrialResult
 

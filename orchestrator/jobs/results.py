@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.service.job_record import Chain, retry_id
-from orchestrator.service.retries import is_infra
+from orchestrator.jobs.aggregates import is_infra
+from orchestrator.jobs.record import Chain, retry_id
 from orchestrator.trials.result import TrialResult
 from orchestrator.trials.spec import SPEC_FILE
 
