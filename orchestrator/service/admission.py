@@ -10,29 +10,20 @@ silently piling up.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 
-from orchestrator.service.inflight import InFlight
+from orchestrator.service.rollout_book import RolloutBook
 from orchestrator.service.rollouts import (
     DuplicateRollout,
     EngineClosed,
     QueueFull,
     RolloutFinished,
     RolloutRequest,
-    RolloutStatus,
     RolloutTombstoned,
 )
-from orchestrator.service.tombstones import Tombstones
-from orchestrator.service.ttl_cache import TtlCache
 from orchestrator.trials.result import TrialResult
 
 FIRST_GUESS_TRIAL_SEC = 10.0  # the mean trial time before any trial has settled
 MAX_RETRY_AFTER_SEC = 300
-
-
-def waiting_in(live: Mapping[str, InFlight]) -> int:
-    """Rollouts accepted but not yet holding a slot."""
-    return sum(1 for rollout in live.values() if not rollout.running)
 
 
 class Admission:
@@ -54,42 +45,34 @@ class Admission:
         if result.status in ("success", "failure") and result.timings.total > 0:
             self.mean_trial_sec = 0.8 * self.mean_trial_sec + 0.2 * result.timings.total
 
-    def check(
-        self,
-        request: RolloutRequest,
-        *,
-        live: Mapping[str, InFlight],
-        tombstones: Tombstones,
-        finished: TtlCache[RolloutStatus],
-        closed: bool,
-        status: Callable[[str], RolloutStatus],
-    ) -> None:
+    def check(self, request: RolloutRequest, book: RolloutBook) -> None:
         """Refuse a rollout the engine will not take: an id it knows (live, tombstoned or
         finished), closing, a scope aborted lately, a full queue."""
         rollout_id = request.rollout_id
-        if rollout_id in live:
-            raise DuplicateRollout(f"rollout {rollout_id!r} is still in flight", status(rollout_id))
-        tombstone = tombstones.get(rollout_id)
+        if rollout_id in book.live:
+            raise DuplicateRollout(
+                f"rollout {rollout_id!r} is still in flight", book.status(rollout_id)
+            )
+        tombstone = book.tombstones.get(rollout_id)
         if tombstone is not None:
             raise RolloutTombstoned(
                 f"rollout {rollout_id!r} will not run: {tombstone.error}", tombstone
             )
-        done = finished.get(rollout_id)
+        done = book.settled.get(rollout_id)
         if done is not None:
             raise RolloutFinished(
                 f"rollout {rollout_id!r} already finished ({done.status}); it does not run again",
                 done,
             )
-        if closed:
+        if book.closed:
             raise EngineClosed("the engine is shutting down; no new rollouts are accepted")
-        tombstone = tombstones.bury_if_aborted(request)
+        tombstone = book.tombstones.bury_if_aborted(request)
         if tombstone is not None:
             raise RolloutTombstoned(
                 f"rollout {rollout_id!r} will not run: {tombstone.error}", tombstone
             )
         if self.max_queue_depth is None:
             return
-        waiting = waiting_in(live)
-        would_wait = max(0, len(live) + 1 - self.n_concurrent)
+        would_wait = max(0, len(book.live) + 1 - self.n_concurrent)
         if would_wait > self.max_queue_depth:
-            raise QueueFull(self.retry_after(waiting), waiting)
+            raise QueueFull(self.retry_after(book.waiting), book.waiting)

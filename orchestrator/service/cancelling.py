@@ -11,21 +11,17 @@ scored (`trials/finish.py`). Such a rollout is left to finish, not cancelled.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable
 
 from orchestrator.service.inflight import InFlight, RolloutTrial
-from orchestrator.service.rollouts import Disposition, RolloutStatus
+from orchestrator.service.rollout_book import RolloutBook
+from orchestrator.service.rollouts import Disposition
 from orchestrator.service.selection import select
 from orchestrator.service.status import FINAL
-from orchestrator.service.tombstones import Tombstones
-from orchestrator.service.ttl_cache import TtlCache
 
 
 def cancel_selected(
-    live: Mapping[str, InFlight],
-    finished: TtlCache[RolloutStatus],
-    tombstones: Tombstones,
-    answered: MutableMapping[str, Disposition],
+    book: RolloutBook,
     *,
     ids: Iterable[str] | None,
     prefix: str | None,
@@ -37,17 +33,18 @@ def cancel_selected(
     (neither live nor finished) are tombstoned: the late submit is refused, so a cancel that
     overtakes its submit still stops the rollout.
 
-    `answered` holds the disposition each live rollout was first given (the engine forgets
-    it when the rollout settles): a cancel repeated (a retry whose answer was lost, an abort
+    The book's `cancel_answers` hold the disposition each live rollout was first given
+    (forgotten when it settles): a cancel repeated (a retry whose answer was lost, an abort
     matching both a rollout's prefix and its session) answers as the first did."""
+    live, answered = book.live, book.cancel_answers
     sessions = {i: r.request.session_id for i, r in live.items()}
     chosen = select(
         sessions, ids=ids, prefix=prefix, everything=everything, session_id=session_id,
         within=within,
     )  # fmt: skip
     for rollout_id in chosen.to_bury:
-        if finished.get(rollout_id) is None:
-            tombstones.bury(rollout_id, "cancelled by id before it was submitted")
+        if book.settled.get(rollout_id) is None:
+            book.tombstones.bury(rollout_id, "cancelled by id before it was submitted")
     dispositions: dict[str, Disposition] = dict.fromkeys(chosen.missing, "not_found")
     for rollout_id in chosen.live:
         disposition = answered.get(rollout_id) or _cancel(live[rollout_id])

@@ -41,15 +41,16 @@ from orchestrator.common.suggest import did_you_mean
 from orchestrator.gateway.server import Gateway
 from orchestrator.jobs.store import lock_job_dir, mark_superseded, record_unrun
 from orchestrator.sandbox import Backend
-from orchestrator.service.admission import Admission, waiting_in
+from orchestrator.service.admission import Admission
 from orchestrator.service.callbacks import CallbackEvent, Outbox, callback_of
 from orchestrator.service.cancelling import cancel_selected
 from orchestrator.service.inflight import InFlight
 from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
 from orchestrator.service.retries import Backoff, with_retries
+from orchestrator.service.rollout_book import RolloutBook
 from orchestrator.service.rollouts import Disposition, RolloutRequest, RolloutStatus
-from orchestrator.service.status import live_status, settled_status
+from orchestrator.service.status import settled_status
 from orchestrator.service.tombstones import (
     DEFAULT_ABORT_TOMBSTONE_SEC,
     DEFAULT_MAX_TOMBSTONES,
@@ -138,10 +139,7 @@ class TrialEngine:
         self.backend = backend or self.config.backend.build(self.config.limits)
         self.job_id = check_id(job_id or new_id("serve"), "job id")
         self._slots = asyncio.Semaphore(n_concurrent)
-        self._live: dict[str, InFlight] = {}
-        # The disposition each live rollout's first cancel was given (forgotten as it settles).
-        self._cancel_answers: dict[str, Disposition] = {}
-        self._finished: TtlCache[RolloutStatus] = (
+        settled: TtlCache[RolloutStatus] = (
             TtlCache(retention_sec) if clock is None else TtlCache(retention_sec, clock=clock)
         )
         if abort_tombstone_sec < 0 or max_tombstones < 0 or max_long_polls < 0:
@@ -149,15 +147,17 @@ class TrialEngine:
         self.retention_sec = retention_sec
         self.abort_tombstone_sec = abort_tombstone_sec
         self.max_long_polls = max_long_polls
-        self._watchers = Watchers(max_long_polls, read=self.status, closed=lambda: self._closed)
-        self._tombstones = Tombstones(
+        self._watchers = Watchers(
+            max_long_polls, read=self.status, closed=lambda: self._book.closed
+        )
+        tombstones = Tombstones(
             id_ttl_sec=retention_sec, max_ids=max_tombstones, scope_ttl_sec=abort_tombstone_sec,
             clock=clock or time.monotonic, on_bury=self._watchers.notify,
         )  # fmt: skip
+        self._book = RolloutBook(settled, tombstones)
         self._loader = Loader(
             default_agent=agent, default_task=self.default_task, tasks_dir=self.tasks_dir
         )
-        self._closed = False
         # The job folder's lock, from the first rollout on (-1: not this engine's to hold).
         self._folder_lock: int | None = None if lock_job_folder else -1
         self._outbox = Outbox()
@@ -172,20 +172,17 @@ class TrialEngine:
     @property
     def waiting(self) -> int:
         """Rollouts accepted but not yet holding a slot."""
-        return waiting_in(self._live)
+        return self._book.waiting
 
     def _admit(self, request: RolloutRequest) -> None:
-        self._admission.check(
-            request, live=self._live, tombstones=self._tombstones, finished=self._finished,
-            closed=self._closed, status=self.status,
-        )  # fmt: skip
+        self._admission.check(request, self._book)
 
     def tombstone_scope(self, scope: str) -> None:
         """For `abort_tombstone_sec`, refuse rollouts whose id starts with `scope` or whose
         session_id equals it (`abort` calls this; safe from any thread)."""
         if not scope:
             raise ValueError("a tombstone needs a non-empty scope")
-        self._tombstones.bury_scope(scope)
+        self._book.tombstones.bury_scope(scope)
 
     @property
     def gateway(self) -> Gateway | None:
@@ -229,7 +226,7 @@ class TrialEngine:
             request, task, agent, attempt, loop.create_future(),
             trial_id=trial_id_for(request.rollout_id), retry_of=retry_of,
         )  # fmt: skip
-        self._live[request.rollout_id] = rollout
+        self._book.live[request.rollout_id] = rollout
         self._orphans.track(request.rollout_id)
         rollout.runner = asyncio.create_task(self._drive(rollout), name=request.rollout_id)
         # A runner cancelled before its first step never enters _drive: settle it here.
@@ -239,7 +236,7 @@ class TrialEngine:
 
     async def wait(self, rollout_id: str) -> TrialResult:
         """The result of an in-flight rollout, once it ends."""
-        rollout = self._live.get(rollout_id)
+        rollout = self._book.live.get(rollout_id)
         if rollout is None:
             raise KeyError(f"rollout {rollout_id!r} is not in flight")
         with self._orphans.held(rollout_id):
@@ -295,21 +292,16 @@ class TrialEngine:
         return await rollout.trial.run()
 
     def _settle_if_live(self, rollout: InFlight) -> None:
-        if self._live.get(rollout.request.rollout_id) is rollout:
+        if self._book.live.get(rollout.request.rollout_id) is rollout:
             self._settle(rollout, rollout.result_without_trial(self.job_id))
 
     def _settle(self, rollout: InFlight, result: TrialResult) -> None:
         rollout_id = rollout.request.rollout_id
         if result.status == "cancelled" and not result.trial_dir:  # cancelled while queued
             result = record_unrun(self.config.jobs_dir, result)
-        if self._live.get(rollout_id) is rollout:
-            del self._live[rollout_id]
-            self._cancel_answers.pop(rollout_id, None)
         self._admission.observe(result)
-        self._finished.set(
-            rollout_id,
-            self._orphans.settled(rollout_id, settled_status(rollout_id, result, rollout.retried)),
-        )
+        status = settled_status(rollout_id, result, rollout.retried)
+        self._book.settle(rollout, self._orphans.settled(rollout_id, status))
         if not rollout.done.done():
             rollout.done.set_result(result)
         self._watchers.notify(rollout_id)
@@ -321,14 +313,7 @@ class TrialEngine:
         """queued / running / grading while live; the outcome while retained; cancelled while
         tombstoned; else unknown."""
         self._orphans.touch(rollout_id)
-        rollout = self._live.get(rollout_id)
-        if rollout is not None:
-            return live_status(rollout_id, rollout.trial, rollout.retried)
-        finished = self._finished.get(rollout_id)
-        if finished is not None:
-            return finished
-        tombstone = self._tombstones.get(rollout_id)
-        return tombstone or RolloutStatus(rollout_id=rollout_id, status="unknown")
+        return self._book.status(rollout_id)
 
     # -- long poll ----------------------------------------------------------------------------
 
@@ -373,8 +358,8 @@ class TrialEngine:
         it is refused (`RolloutTombstoned`) for the retention window.
         """
         return cancel_selected(
-            self._live, self._finished, self._tombstones, self._cancel_answers, ids=ids,
-            prefix=prefix, everything=all, session_id=session_id, within=within,
+            self._book, ids=ids, prefix=prefix, everything=all, session_id=session_id,
+            within=within,
         )  # fmt: skip
 
     async def cancel(
@@ -389,7 +374,7 @@ class TrialEngine:
     ) -> dict[str, Disposition]:
         """`cancel_nowait`, then (by default) wait until those rollouts have torn down (a
         `finishing` one, until it has finished)."""
-        runners = {i: r.runner for i, r in self._live.items() if r.runner is not None}
+        runners = {i: r.runner for i, r in self._book.live.items() if r.runner is not None}
         dispositions = self.cancel_nowait(
             ids=ids, prefix=prefix, all=all, session_id=session_id, within=within
         )
@@ -401,7 +386,7 @@ class TrialEngine:
 
     def _orphaned(self, rollout_id: str, reason: str) -> None:
         """The orphan timer's cancel: the ordinary one, the reason in the trial's result."""
-        rollout = self._live.get(rollout_id)
+        rollout = self._book.live.get(rollout_id)
         if rollout is None:
             return
         disposition = self.cancel_nowait(ids=[rollout_id])[rollout_id]
@@ -414,15 +399,16 @@ class TrialEngine:
 
     async def shutdown(self, drain_sec: float = 30.0) -> None:
         """Stop accepting, let live rollouts finish for up to `drain_sec`, then abort the rest."""
-        self._closed = True
-        for rollout in self._live.values():
+        live = self._book.live
+        self._book.closed = True
+        for rollout in live.values():
             rollout.no_retry.set()
         await self._orphans.aclose()
-        runners = [r.runner for r in self._live.values() if r.runner is not None]
+        runners = [r.runner for r in live.values() if r.runner is not None]
         if runners:
             await asyncio.wait(runners, timeout=drain_sec)
-        if self._live:
-            log.warning("shutdown: aborting %d rollout(s) still in flight", len(self._live))
+        if live:
+            log.warning("shutdown: aborting %d rollout(s) still in flight", len(live))
             await self.cancel(all=True)
         # Callbacks of the last rollouts still go out, within a bound.
         await self._outbox.drain(CALLBACK_DRAIN_SEC)
@@ -455,11 +441,11 @@ class TrialEngine:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._book.closed
 
     @property
     def live_count(self) -> int:
-        return len(self._live)
+        return len(self._book.live)
 
 
 def engines() -> list[TrialEngine]:

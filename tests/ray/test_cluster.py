@@ -189,7 +189,7 @@ async def test_a_node_killed_mid_job_fails_only_its_trials_and_they_run_again_el
 
         def on_third() -> bool:
             for engine in engines():
-                for rollout in engine._live.values():
+                for rollout in engine._book.live.values():
                     node = rollout.trial.result.node if rollout.trial is not None else None
                     if node is not None and node.node_id == third.node_id:
                         return running_on(two_engines, engine.job_id)[1] >= 2
