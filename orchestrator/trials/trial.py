@@ -377,8 +377,15 @@ class Trial:
             judge_the_model_service(self.result, outage, self.scrubber)
         if not cancelled and staged is not None:
             if verified and self.result.error is None:
-                await self._guarded("verify", self._score(staged))
-                await self._guarded("verify", self._judge_the_verifier_network(staged))
+                logs_dir = staged.logs_dir
+                await self._guarded("verify", score_the_verifier(
+                    self.result, self.verifier_run, logs_dir=logs_dir, logs=self.logs,
+                    trial_dir=self.trial_dir, scrubber=self.scrubber,
+                ))  # fmt: skip
+                await self._guarded("verify", judge_the_verifier_network(
+                    self.result, logs_dir=logs_dir, context=self.context, task=self.task,
+                    scrubber=self.scrubber,
+                ))  # fmt: skip
             await self._guarded("agent", self._judge_agent_report(staged))
         try:
             await asyncio.wait_for(self._teardown(), self.limits.teardown_sec)
@@ -413,19 +420,6 @@ class Trial:
     async def _keep_model_record(self) -> None:
         if self.link is not None:
             await self.link.keep(self.result, self.trial_dir / "logs" / "agent", self.scrubber)
-
-    async def _score(self, staged: Materialized) -> None:
-        await score_the_verifier(
-            self.result, self.verifier_run, logs_dir=staged.logs_dir, logs=self.logs,
-            trial_dir=self.trial_dir, scrubber=self.scrubber,
-        )  # fmt: skip
-
-    async def _judge_the_verifier_network(self, staged: Materialized) -> None:
-        if self._context is not None:
-            await judge_the_verifier_network(
-                self.result, logs_dir=staged.logs_dir, context=self._context, task=self.task,
-                scrubber=self.scrubber,
-            )  # fmt: skip
 
     async def _judge_agent_report(self, staged: Materialized) -> None:
         problem = await self.agent.problem(staged.logs_dir)
