@@ -1,18 +1,26 @@
-"""One trial, phase by phase: materialize, image, start, agent, verify, collect, teardown.
+"""One trial, top to bottom: its phases (materialize, image, start, agent, verify), then its
+finishing steps (collect, score, judge, tear down, `result.json`).
 
 Every phase is timed; the first error is recorded with its phase and category and the trial
-still collects what it can and tears down. Teardown is shielded: it runs once, whatever
-cancelled what, and a cancelled trial still leaves a `result.json` saying so. The trial
-talks to its sandbox only through the `Sandbox` protocol and to where it runs only through
-a `Backend`, so the same phases run on Docker, on the fake backend, or anywhere else. The
-finishing steps after the phases (collect, score, tear down, `result.json`) are `finish.py`'s.
+still collects what it can and tears down. The finish holds one promise of its own: whatever
+came before (an error in any phase, a cancel, a lost sandbox), every step runs, bounded and
+guarded, none skipped because an earlier one failed, and the trial ends with a `result.json`.
+Teardown is shielded: it runs once, whatever cancelled what, and a cancelled trial still
+leaves a `result.json` saying so. The trial talks to its sandbox only through the `Sandbox`
+protocol and to where it runs only through a `Backend`, so the same phases run on Docker, on
+the fake backend, or anywhere else.
+
+The finishing work is done by collaborators with explicit inputs: `LogCollector` (`collect.py`)
+brings `/logs` back, `verdict.py` scores and applies the category rules, `result_file.py`
+writes the result, and `record.py` keeps the timings and the first error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +54,6 @@ from orchestrator.trials.collect import LogCollector
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.context import TrialContext, plan_context
 from orchestrator.trials.faults import after_agent, classify
-from orchestrator.trials.finish import TrialFinish
 from orchestrator.trials.guarded import GuardedSandbox
 from orchestrator.trials.materialize import (
     Materialized,
@@ -56,10 +63,18 @@ from orchestrator.trials.materialize import (
 )
 from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.readiness import wait_ready
+from orchestrator.trials.record import Phases, record_error, timed
 from orchestrator.trials.result import AgentOutcome, Phase, TrialResult, initial_result
+from orchestrator.trials.result_file import write_result
 from orchestrator.trials.runtime import check_runtime, runtime_missing
 from orchestrator.trials.spec import spec_of, write_spec
 from orchestrator.trials.users import ROOT, user_ids
+from orchestrator.trials.verdict import (
+    judge_the_agent_report,
+    judge_the_model_service,
+    judge_the_verifier_network,
+    score_the_verifier,
+)
 from orchestrator.trials.verifier import VerifierRun, VerifierSetup, prepare_verifier, verify
 from relay import Relay, RelayOutcome, RelayPolicy
 
@@ -67,7 +82,7 @@ AGENT_STDOUT = f"{paths.AGENT_DIR}/stdout.txt"
 AGENT_STDERR = f"{paths.AGENT_DIR}/stderr.txt"
 
 
-class Trial(TrialFinish):
+class Trial:
     """One agent's attempt at one task. Build with `Trial(...)`, run once with `await run()`."""
 
     def __init__(
@@ -114,34 +129,61 @@ class Trial(TrialFinish):
         self.relay_outcome: RelayOutcome | None = None
         self._health_at_loss: Health | None = None
         self.verifier_run: VerifierRun | None = None
-        self._phase: Phase = "materialize"
         self._ran = False
 
-    # -- bookkeeping --------------------------------------------------------------------------
+    # -- the whole trial ----------------------------------------------------------------------
 
-    @property
-    def context(self) -> TrialContext:
-        """The task's execution context, worked out in the first phase."""
-        if self._context is None:
-            raise RuntimeError("the trial's context is planned in its first phase")
-        return self._context
+    async def run(self) -> TrialResult:
+        """Run every phase once, then the finish; always returns (or, if cancelled, re-raises)
+        with a result."""
+        if self._ran:
+            raise RuntimeError("a Trial runs once; make a new one")
+        self._ran = True
+        started = time.monotonic()
+        phases = Phases(self.result)
+        cancelled = False
+        verified = False
+        staged: Materialized | None = None
+        try:
+            with phases.enter("materialize"):
+                self.task = self.agent.for_task(self.task)
+                self.context = self._plan_context(await self.backend.capabilities())
+                staged = await self._materialize()
+                self.result.task_checksum = staged.checksum
+            with phases.enter("image"):
+                built = await self._image(staged)
+            with phases.enter("start"):
+                sandbox = await self._start(staged, built)
+            with phases.enter("agent"):
+                await self._run_agent(sandbox, staged)
+            with phases.enter("verify"):
+                await self._verify(sandbox, staged)
+                verified = True
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception as exc:  # recorded with its phase; the trial still cleans up
+            self._fail(exc, phases.reached)
+        finish = asyncio.ensure_future(self._finish(staged, verified, cancelled, started))
+        # Teardown and the result file complete first (each step is bounded), then it goes on.
+        if await ride_out_cancels(finish):
+            cancelled = True
+        finish.result()
+        if cancelled:
+            raise asyncio.CancelledError
+        return self.result
 
-    @context.setter
-    def context(self, value: TrialContext) -> None:
-        self._context = value
+    # -- the phases ---------------------------------------------------------------------------
 
-    def _secrets(self, context: TrialContext | None = None) -> list[str]:
-        secrets = list(self.config.credentials.values())
-        context = context or self._context
-        if context is not None:
-            secrets.extend(context.host_values)
-        if self.model is not None and self.model.api_key is not None:
-            secrets.append(self.model.api_key.get_secret_value())
-        if self.link is not None and self.link.slot is not None:
-            secrets.append(self.link.slot.token)
-        return secrets
-
-    # -- phases -------------------------------------------------------------------------------
+    def _plan_context(self, capabilities: Capabilities) -> TrialContext:
+        """What the task asks of its sandbox, worked out and checked before any build."""
+        context = plan_context(
+            self.task, self.config, capabilities, backend_name=self.backend.name,
+            with_solution=self.agent.runs_solution,
+        )  # fmt: skip
+        self.result.warnings.extend(self.task.warnings)  # e.g. a task.toml key misspelled
+        self.result.warnings.extend(context.warnings)
+        self.scrubber = Scrubber(self._secrets(context))
+        return context
 
     async def _materialize(self) -> Materialized:
         self.trial_id = await run_blocking(claim_folder, self.trial_dir.parent, self.trial_id)
@@ -162,16 +204,34 @@ class Trial(TrialFinish):
         await run_blocking(write_spec, self.trial_dir, spec, self.scrubber.text)
         return materialized
 
-    def _plan_context(self, capabilities: Capabilities) -> TrialContext:
-        """What the task asks of its sandbox, worked out and checked before any build."""
-        context = plan_context(
-            self.task, self.config, capabilities, backend_name=self.backend.name,
-            with_solution=self.agent.runs_solution,
-        )  # fmt: skip
-        self.result.warnings.extend(self.task.warnings)  # e.g. a task.toml key misspelled
-        self.result.warnings.extend(context.warnings)
-        self.scrubber = Scrubber(self._secrets(context))
-        return context
+    async def _image(self, staged: Materialized) -> ImageOutcome:
+        """The task's image, built from the trial's checked copy (never from a source that may
+        change); a failed build's whole log is kept in the trial's folder."""
+        copy = self.task.model_copy(update={"path": staged.task_dir})
+        try:
+            built = await self.backend.ensure_image(
+                copy, self.config.base_image_map, force_build=self.config.force_build
+            )
+        except ImageBuildError as exc:
+            where = self.trial_dir / "image-build.log"
+            async with aiofiles.open(where, "w", encoding="utf-8") as out:
+                await out.write(exc.log)
+            exc.args = (f"{exc.args[0]}\n--- the whole build log: {where} ---",)
+            raise
+        self.result.image_tag = built.tag
+        self.result.warnings.extend(built.warnings)
+        if self._needs_runtime and built.runtime == "absent":
+            raise RuntimeMissingError(runtime_missing(self._runtime_user, built.tag))
+        return built
+
+    @property
+    def _needs_runtime(self) -> bool:
+        """The agent, or the model gateway's in-sandbox forwarder, runs trialbox's Python."""
+        return self.agent.needs_runtime or self.model is not None
+
+    @property
+    def _runtime_user(self) -> str:
+        return f"--agent {self.agent.spec}" + (" with a model" if self.model else "")
 
     async def _start(self, staged: Materialized, built: ImageOutcome) -> Sandbox:
         context = self.context
@@ -210,35 +270,6 @@ class Trial(TrialFinish):
         skeleton = skeleton_tar(container_input)
         await sandbox.upload(skeleton, "/")
         return sandbox
-
-    async def _image(self, staged: Materialized) -> ImageOutcome:
-        """The task's image, built from the trial's checked copy (never from a source that may
-        change); a failed build's whole log is kept in the trial's folder."""
-        copy = self.task.model_copy(update={"path": staged.task_dir})
-        try:
-            built = await self.backend.ensure_image(
-                copy, self.config.base_image_map, force_build=self.config.force_build
-            )
-        except ImageBuildError as exc:
-            where = self.trial_dir / "image-build.log"
-            async with aiofiles.open(where, "w", encoding="utf-8") as out:
-                await out.write(exc.log)
-            exc.args = (f"{exc.args[0]}\n--- the whole build log: {where} ---",)
-            raise
-        self.result.image_tag = built.tag
-        self.result.warnings.extend(built.warnings)
-        if self._needs_runtime and built.runtime == "absent":
-            raise RuntimeMissingError(runtime_missing(self._runtime_user, built.tag))
-        return built
-
-    @property
-    def _needs_runtime(self) -> bool:
-        """The agent, or the model gateway's in-sandbox forwarder, runs trialbox's Python."""
-        return self.agent.needs_runtime or self.model is not None
-
-    @property
-    def _runtime_user(self) -> str:
-        return f"--agent {self.agent.spec}" + (" with a model" if self.model else "")
 
     async def _open_model_link(self) -> tuple[Mount, ...]:
         """The gateway slot, opened before the sandbox: its socket folder is mounted."""
@@ -297,17 +328,10 @@ class Trial(TrialFinish):
             self.result.agent.detail = "; ".join(filter(None, [self.result.agent.detail, note]))
 
     async def _before_relay_destroys(self, sandbox: Sandbox) -> None:
-        """The relay fails closed: read the engine's account and save /logs first."""
+        """The relay fails closed: read the engine's account and save /logs first (timed as
+        collection; the trial is still in its agent phase)."""
         self._health_at_loss = await sandbox.health(pids=True)
-        phase = self._phase
-        try:
-            await self._collect(sandbox)
-        finally:
-            self._phase = phase  # an error now is still the agent phase's
-
-    @property
-    def _mem(self) -> dict[str, int]:
-        return {"memory_mb": self.context.memory_mb}
+        await self._collect(sandbox)
 
     async def _verify(self, sandbox: Sandbox, staged: Materialized) -> None:
         self.result.status = "grading"
@@ -333,44 +357,111 @@ class Trial(TrialFinish):
                 self.result.warnings.append(note)
         self.verifier_run = await verify(sandbox, staged.tests_dir, setup, self.limits, **self._mem)
 
-    # -- the whole trial ----------------------------------------------------------------------
+    # -- the finish ---------------------------------------------------------------------------
 
-    async def run(self) -> TrialResult:
-        """Run every phase once; always returns (or, if cancelled, re-raises) with a result."""
-        if self._ran:
-            raise RuntimeError("a Trial runs once; make a new one")
-        self._ran = True
-        started = time.monotonic()
-        cancelled = False
-        verified = False
-        staged: Materialized | None = None
+    async def _finish(
+        self, staged: Materialized | None, verified: bool, cancelled: bool, started: float
+    ) -> None:
+        """Collect, score, tear down, write the result: each step bounded and guarded, none
+        skipped because an earlier one failed. A host abort skips collecting: the sandbox
+        goes now. A cancelled agent's ending is the relay's (`aborted`); an agent the relay
+        never launched keeps none."""
+        sandbox = self.sandbox
+        if sandbox is not None and not sandbox.destroyed and staged is not None and not cancelled:
+            await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
+        await self._guarded("collect", self.logs.settle(self.scrubber, self.limits.collect_sec))
+        await self._guarded("agent", self._keep_model_record())
+        if not cancelled:
+            record = None if self.link is None else self.link.record
+            outage = None if record is None else record.outage()
+            judge_the_model_service(self.result, outage, self.scrubber)
+        if not cancelled and staged is not None:
+            if verified and self.result.error is None:
+                logs_dir = staged.logs_dir
+                await self._guarded("verify", score_the_verifier(
+                    self.result, self.verifier_run, logs_dir=logs_dir, logs=self.logs,
+                    trial_dir=self.trial_dir, scrubber=self.scrubber,
+                ))  # fmt: skip
+                await self._guarded("verify", judge_the_verifier_network(
+                    self.result, logs_dir=logs_dir, context=self.context, task=self.task,
+                    scrubber=self.scrubber,
+                ))  # fmt: skip
+            await self._guarded("agent", self._judge_agent_report(staged))
         try:
-            with self._timed("materialize"):
-                self.task = self.agent.for_task(self.task)
-                self.context = self._plan_context(await self.backend.capabilities())
-                staged = await self._materialize()
-                self.result.task_checksum = staged.checksum
-            with self._timed("image"):
-                built = await self._image(staged)
-            with self._timed("start"):
-                sandbox = await self._start(staged, built)
-            with self._timed("agent"):
-                await self._run_agent(sandbox, staged)
-            with self._timed("verify"):
-                await self._verify(sandbox, staged)
-                verified = True
-        except asyncio.CancelledError:
-            cancelled = True
-        except Exception as exc:  # recorded with its phase; the trial still cleans up
-            self._fail(exc)
-        finish = asyncio.ensure_future(self._finish(staged, verified, cancelled, started))
-        # Teardown and the result file complete first (each step is bounded), then it goes on.
-        if await ride_out_cancels(finish):
-            cancelled = True
-        finish.result()
+            await asyncio.wait_for(self._teardown(), self.limits.teardown_sec)
+        except Exception as exc:
+            if self.result.rewards:  # a scored trial stays scored; the leak is reported
+                self.result.warnings.append(f"teardown failed: {type(exc).__name__}: {exc}")
+            else:
+                self._fail(exc, "teardown")
         if cancelled:
-            raise asyncio.CancelledError
-        return self.result
+            self.result.status = "cancelled"
+        else:
+            self.result.status = "success" if self.result.rewards else "failure"
+        if self.link is not None:
+            await self._guarded("teardown", self.link.release())
+        self.result.timings.total = time.monotonic() - started
+        self.result.finished_at = datetime.now(UTC)
+        await write_result(self.result, self.scrubber, self.trial_dir)
+
+    async def _guarded(
+        self, phase: Phase, step: Coroutine[Any, Any, None], limit: float | None = None
+    ) -> None:
+        """Run one finishing step; whatever it raises is recorded, and the next step runs."""
+        try:
+            await asyncio.wait_for(step, limit)
+        except Exception as exc:
+            self._fail(exc, phase)
+
+    async def _collect(self, sandbox: Sandbox) -> None:
+        with timed(self.result, "collect"):
+            self.result.warnings.extend(await self.logs.collect(sandbox, self.scrubber))
+
+    async def _keep_model_record(self) -> None:
+        if self.link is not None:
+            await self.link.keep(self.result, self.trial_dir / "logs" / "agent", self.scrubber)
+
+    async def _judge_agent_report(self, staged: Materialized) -> None:
+        problem = await self.agent.problem(staged.logs_dir)
+        judge_the_agent_report(self.result, problem, self.scrubber)
+
+    async def _teardown(self) -> None:
+        if self.sandbox is None or self.config.keep_containers:
+            return
+        with timed(self.result, "teardown"):
+            await self.sandbox.destroy()
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    @property
+    def context(self) -> TrialContext:
+        """The task's execution context, worked out in the first phase."""
+        if self._context is None:
+            raise RuntimeError("the trial's context is planned in its first phase")
+        return self._context
+
+    @context.setter
+    def context(self, value: TrialContext) -> None:
+        self._context = value
+
+    def _secrets(self, context: TrialContext | None = None) -> list[str]:
+        secrets = list(self.config.credentials.values())
+        context = context or self._context
+        if context is not None:
+            secrets.extend(context.host_values)
+        if self.model is not None and self.model.api_key is not None:
+            secrets.append(self.model.api_key.get_secret_value())
+        if self.link is not None and self.link.slot is not None:
+            secrets.append(self.link.slot.token)
+        return secrets
+
+    @property
+    def _mem(self) -> dict[str, int]:
+        return {"memory_mb": self.context.memory_mb}
+
+    def _fail(self, exc: BaseException, phase: Phase) -> None:
+        """The trial's error, unless one is kept already (`record.record_error`)."""
+        record_error(self.result, exc, phase, self.scrubber)
 
 
 async def run_trial(

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.common.scrub import Scrubber
 from orchestrator.jobs import store as job_store
 from orchestrator.service.job import run_job
-from orchestrator.trials.finish import TrialFinish
+from orchestrator.trials import result_file
+from orchestrator.trials.result import TrialResult
 from tests.jobs.helpers import fake_config, make_tasks
 
 
@@ -38,10 +40,10 @@ def job_json_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 def result_json_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every write of a result.json fails as on a full disk, even after making room."""
 
-    async def refusing(self: TrialFinish) -> None:
+    async def refusing(result: TrialResult, scrubber: Scrubber, trial_dir: Path) -> None:
         raise _full_disk()
 
-    monkeypatch.setattr(TrialFinish, "_write_result_file", refusing)
+    monkeypatch.setattr(result_file, "write_whole", refusing)
 
 
 @pytest.mark.usefixtures("job_json_refused")

@@ -28,6 +28,9 @@ from orchestrator import (
 )
 from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox, Faults
 from orchestrator.common.ids import trial_id_for
+from orchestrator.sandbox import Sandbox
+from orchestrator.trials.agents import NopAgent
+from orchestrator.trials.materialize import Materialized
 from tests.conftest import write_task
 
 SECRET = "sk-fake-secret-4242"
@@ -575,6 +578,41 @@ async def test_a_cancel_during_the_agent_writes_a_cancelled_result_and_destroys(
     sandbox = backend.created[0]
     assert sandbox.destroyed and not sandbox.present
     assert await backend.find_leftovers(job=result.job_id) == []
+
+
+class _HeldNop(NopAgent):
+    """The nop agent, held in `prepare` (its sandbox made, its process not yet launched)."""
+
+    def __init__(self) -> None:
+        super().__init__("nop")
+        self.preparing = asyncio.Event()
+
+    async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:
+        self.preparing.set()
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("keep_containers", [False, True])
+async def test_a_cancel_before_the_relay_launched_the_agent_says_it_never_ran(
+    tmp_path: Path, keep_containers: bool
+) -> None:
+    """In the agent phase but before the relay launched its process (the agent's `prepare`),
+    a cancel leaves no ending: the agent never ran. Kept containers or not, the same."""
+    agent = _HeldNop()
+    backend = FakeBackend(QUICK)
+    config = fake_config(tmp_path, keep_containers=keep_containers)
+    trial = asyncio.ensure_future(run_trial(make_task(tmp_path), agent, config=config,
+                                            backend=backend))  # fmt: skip
+    await asyncio.wait_for(agent.preparing.wait(), 10)
+    trial.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await trial
+
+    [trial_dir] = list((tmp_path / "jobs").glob("*/*"))
+    result = TrialResult.model_validate_json((trial_dir / "result.json").read_text())
+    assert (result.status, result.agent.termination) == ("cancelled", None)
+    assert result.timings.agent > 0 and result.error is None
+    assert backend.created[0].present == keep_containers
 
 
 async def test_a_cancel_during_the_verifier_writes_a_cancelled_result_and_destroys(
