@@ -297,9 +297,16 @@ class TrialEngine:
             rollout.retry_of = earlier.trial_id
             await mark_superseded(earlier, rollout.trial_id)
 
+        announced = False
+
         def live(result: TrialResult) -> None:
+            """The try's result as it goes. Its start is a change long polls see (queued to
+            running, or a retry); a result replaced later is not (its settling is)."""
+            nonlocal announced
             rollout.live = result
-            self._watchers.notify(rollout.request.rollout_id)  # queued -> running, or a retry
+            if not announced:
+                announced = True
+                self._watchers.notify(rollout.request.rollout_id)
 
         events = TrialEvents(result=live, grading=lambda: self._grading(rollout))
         return await self._trials.run(rollout, events)

@@ -6,6 +6,7 @@ runs; a lost node is an infra failure that a retry runs again; the node's scratc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -76,7 +77,9 @@ async def test_a_cancel_reaches_the_trial_where_it_runs(tmp_path: Path, scratch:
     ) as engine:  # fmt: skip
         await engine.submit(RolloutRequest(rollout_id="tenant::r1"))
         await wait_until(lambda: as_awaitable(bool(placement.node.created)))
+        polled = asyncio.ensure_future(engine.watch("tenant::r1", 25))
         assert (await engine.cancel(prefix="tenant::")) == {"tenant::r1": "cancelled_running"}
+        assert (await polled).status == "cancelled"  # woken by the settling, not before
         status = engine.status("tenant::r1")
     assert status.status == "cancelled"
     assert placement.cancelled == [f"{engine.job_id}/{trial_dir_name(status.trial_dir)}"]
