@@ -43,8 +43,8 @@ import ray
 from ray.cluster_utils import Cluster
 
 from orchestrator import RolloutRequest, TrialConfig, TrialEngine, load_task
-from orchestrator.backends.ray.backend import RayBackend
 from orchestrator.backends.ray.config import RayBackendConfig
+from orchestrator.executors.ray.cluster import RayCluster
 from orchestrator.trials.config import parse_image_map
 from tests.ray.second_dockerd import SecondDockerd
 
@@ -123,7 +123,7 @@ async def measure(args: argparse.Namespace, task: Path, base: TrialConfig) -> di
     one = ray_config(base, args.registry, {"bench": "head"})
     two = ray_config(base, args.registry, {})
     assert isinstance(two.backend, RayBackendConfig)
-    await RayBackend(two.backend, two.limits).ensure_image(load_task(task), base.base_image_map)
+    await RayCluster(two.backend, two.limits).ensure_image(load_task(task), base.base_image_map)
     figures: dict[str, Any] = {}
     async with engine_of(base, task, 1) as local, engine_of(one, task, 1) as placed:
         await alternating({"warm-local": local, "warm-ray": placed}, 2)  # actors made, images

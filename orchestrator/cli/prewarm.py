@@ -24,16 +24,16 @@ from orchestrator.cli.common import (
 from orchestrator.common.defaults import DEFAULT_PARALLEL_BUILDS
 
 if TYPE_CHECKING:
-    from orchestrator.sandbox import Backend
+    from orchestrator.sandbox import ImageMaker
     from orchestrator.service.prewarm import PrewarmRow
     from orchestrator.trials.bundle_agent import BundleAgent
     from orchestrator.trials.config import TrialConfig
 
 
 class _Cluster(Protocol):
-    """A backend made of nodes (the Ray backend's), each a backend to warm."""
+    """Images made on many nodes (a Ray cluster's), each node's to warm."""
 
-    async def nodes(self) -> Sequence[Backend]: ...
+    async def nodes(self) -> Sequence[ImageMaker]: ...
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -90,16 +90,16 @@ def _totals(rows: list[PrewarmRow], seconds: float) -> str:
 async def _prewarm_nodes(args: argparse.Namespace, console: Console, config: TrialConfig) -> int:
     """Every node of the cluster warmed, with progress per node. With a registry the first
     node builds and pushes, then the others pull; without one each node builds."""
+    from orchestrator.executors.base import executor_for
     from orchestrator.service.prewarm import PrewarmError, prewarm
 
     started = time.monotonic()
     tasks = tasks_of(args)
-    cluster = config.backend.build(config.limits)
-    nodes = await cast(_Cluster, cluster).nodes()
+    nodes = await cast(_Cluster, executor_for(config).images).nodes()
     rows: dict[str, list[PrewarmRow]] = {}
     with progress_bar(console) as progress:
 
-        async def warm(node: Backend) -> None:
+        async def warm(node: ImageMaker) -> None:
             bar = progress.add_task(f"{node.name}: {len(tasks)} task(s)", total=None)
             try:
                 rows[node.name] = await prewarm(
@@ -127,6 +127,7 @@ async def _prewarm_nodes(args: argparse.Namespace, console: Console, config: Tri
 async def _prewarm(
     args: argparse.Namespace, console: Console, bundle: BundleAgent | None = None
 ) -> int:
+    from orchestrator.executors.base import executor_for
     from orchestrator.service.prewarm import PrewarmError, prewarm
 
     started = time.monotonic()
@@ -142,7 +143,7 @@ async def _prewarm(
         try:
             rows = await prewarm(
                 tasks, base_image_map=config.base_image_map, max_parallel=args.max_parallel,
-                backend=config.backend.build(config.limits), force_build=args.force_build,
+                backend=executor_for(config).images, force_build=args.force_build,
                 on_done=lambda _row: progress.advance(bar), agent=bundle,
             )  # fmt: skip
         except PrewarmError as exc:

@@ -35,10 +35,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 async def _reap(args: argparse.Namespace, console: Console) -> int:
+    from orchestrator.executors.base import executor_for
     from orchestrator.trials.config import TrialConfig
 
     config = on_cluster(TrialConfig(), args)
-    backend = config.backend.build(config.limits)
+    backend = executor_for(config).leftovers
     leftovers = await backend.find_leftovers(owner=args.owner, job=args.job)
     table = Table(title=f"{len(leftovers)} trial container(s)")
     for column in ("name", "job", "owner", "state") + (("node",) if args.ray else ()):

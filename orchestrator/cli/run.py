@@ -236,7 +236,6 @@ def _this_owner() -> str:
 
 def _resumed_job(job_dir: Path, given: dict[str, Any], args: argparse.Namespace) -> _Job:
     from orchestrator.cli.settings import resume_overrides
-    from orchestrator.common.limits import Limits
     from orchestrator.jobs.config import JobConfigFile
     from orchestrator.jobs.store import CONFIG_FILE
     from orchestrator.service.job import resume_job
@@ -259,7 +258,7 @@ def _resumed_job(job_dir: Path, given: dict[str, Any], args: argparse.Namespace)
             job_dir, n_concurrent=overrides.get("n_concurrent"),
             max_retries=overrides.get("max_retries"),
             keep_containers=overrides.get("keep_containers"), options=options,
-            backend=None if cluster is None else cluster.build(Limits()), **hooks,
+            cluster=cluster, **hooks,
         )  # fmt: skip
 
     return _Job(

@@ -1,15 +1,18 @@
 """The seam between a trial and where it runs: what a sandbox and a backend must do.
 
 The trial, the agents, prewarm and reap talk only to these interfaces; each backend
-(`orchestrator.backends.docker`, `orchestrator.backends.fake`, …) implements them.
+(`orchestrator.backends.docker`, `orchestrator.backends.fake`, …) implements them. Prewarm
+needs only an `ImageMaker` and reap only a `Reaper`, which a cluster's nodes are too.
 """
 
 from orchestrator.sandbox.backend import (
     Backend,
+    ImageMaker,
     ImageOutcome,
     ImagePlan,
     Leftover,
     LocalImages,
+    Reaper,
 )
 from orchestrator.sandbox.protocol import (
     Capabilities,
@@ -38,11 +41,13 @@ __all__ = [
     "Health",
     "Healthcheck",
     "ImageDefaults",
+    "ImageMaker",
     "ImageOutcome",
     "ImagePlan",
     "Leftover",
     "LocalImages",
     "Mount",
+    "Reaper",
     "Sandbox",
     "SandboxSpec",
     "sandbox_name",

@@ -2,8 +2,11 @@
 
 A backend makes sure a task's image exists, creates sandboxes from a `SandboxSpec`, and
 finds and removes what a crashed run left behind. Only the essential operations are
-abstract; a new place to run trials (Ray nodes, a remote engine, Kubernetes) is one new
-subpackage under `orchestrator/backends/` and one config class.
+abstract; a new engine to make sandboxes with (a remote engine, Kubernetes) is one new
+subpackage under `orchestrator/backends/` and one config class. Where a whole trial runs
+(here, or on a cluster's node) is not a backend's business but an executor's
+(`orchestrator/executors/`); the two halves a backend shares with a cluster's nodes, images
+(`ImageMaker`: prewarm) and leftovers (`Reaper`: reap, resume), are protocols of their own.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 from orchestrator.sandbox.creator import Creator
-from orchestrator.sandbox.placement import Placement
 from orchestrator.sandbox.protocol import Capabilities, Sandbox
 from orchestrator.sandbox.spec import SandboxSpec
 from orchestrator.tasks.task import Task
@@ -78,6 +80,39 @@ class Leftover(BaseModel):
     )
 
 
+class ImageMaker(Protocol):
+    """What prewarm and the base-image check need: a task's image planned and made, and
+    what the engine holds. A `Backend` is one; so is a cluster's set of nodes, or one node."""
+
+    name: str
+
+    async def plan_image(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> ImagePlan: ...
+
+    async def ensure_image(
+        self,
+        task: Task,
+        base_image_map: Mapping[str, str] | None = None,
+        *,
+        plan: ImagePlan | None = None,
+        force_build: bool = False,
+    ) -> ImageOutcome: ...
+
+    async def local_images(self, refs: Sequence[str]) -> LocalImages | None: ...
+
+
+class Reaper(Protocol):
+    """What reap, resume and `reclaim_dead` need: the trial sandboxes still there, and their
+    removal. A `Backend` is one; so is a cluster's set of nodes."""
+
+    async def find_leftovers(
+        self, *, owner: str | None = None, job: str | None = None
+    ) -> list[Leftover]: ...
+
+    async def remove_leftovers(self, leftovers: list[Leftover]) -> int: ...
+
+
 class Backend(ABC):
     """Creates sandboxes and the images they run. One instance serves many trials."""
 
@@ -88,16 +123,10 @@ class Backend(ABC):
         memory). Async: a backend may ask its engine (once, keeping only an answer)."""
         return Capabilities()
 
-    @property
-    def placement(self) -> Placement | None:
-        """None (the default): sandboxes are created here and trials run in this process.
-        A backend whose sandboxes live on other machines places whole trials there."""
-        return None
-
     async def local_images(self, refs: Sequence[str]) -> LocalImages | None:
         """Which of `refs` the engine that builds images lacks (a build would pull them), and
-        what it holds; None (the default) when this backend cannot say from here (its images
-        live on other machines, or are not real)."""
+        what it holds; None (the default) when this backend cannot say (its images are not
+        real)."""
         return None
 
     @abstractmethod

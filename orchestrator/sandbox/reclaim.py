@@ -15,7 +15,7 @@ from pathlib import Path
 
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.offload import run_blocking
-from orchestrator.sandbox.backend import Backend, Leftover
+from orchestrator.sandbox.backend import Leftover, Reaper
 from orchestrator.sandbox.creator import is_gone, this_process
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def _dead_of(leftovers: list[Leftover], jobs_dir: str) -> list[Leftover]:
     ]
 
 
-async def reclaim_dead(backend: Backend, jobs_dir: Path) -> int:
+async def reclaim_dead(backend: Reaper, jobs_dir: Path) -> int:
     """Remove the sandboxes dead processes left on `jobs_dir` (resolved here) and say so in
     one line naming them; returns how many were removed. An engine that cannot list or
     remove them is a warning: the process starts anyway, and `trialbox reap` can remove

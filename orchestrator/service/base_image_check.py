@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from orchestrator.common.errors import SandboxError
-from orchestrator.sandbox import Backend
+from orchestrator.sandbox import ImageMaker
 from orchestrator.tasks.base_images import base_images
 from orchestrator.tasks.task import Task
 from orchestrator.trials.config import BASE_IMAGE_MAP_ENV
@@ -36,7 +36,7 @@ def _closest(word: str, candidates: Sequence[str]) -> str | None:
     return found[0] if found else None
 
 
-async def _local_problems(mapping: Mapping[str, str], backend: Backend | None) -> list[str]:
+async def _local_problems(mapping: Mapping[str, str], backend: ImageMaker | None) -> list[str]:
     if backend is None or not mapping:
         return []
     try:
@@ -82,7 +82,7 @@ async def check_base_image_map(
     mapping: Mapping[str, str],
     tasks: list[Task],
     *,
-    backend: Backend | None,
+    backend: ImageMaker | None,
     refuse_unused: bool,
 ) -> None:
     """Raise BaseImageMapError naming every mapping whose local image `backend`'s engine

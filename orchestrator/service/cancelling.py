@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from orchestrator.service.inflight import InFlight, RolloutTrial
+from orchestrator.service.inflight import InFlight
 from orchestrator.service.rollout_book import RolloutBook
 from orchestrator.service.rollouts import Disposition
 from orchestrator.service.selection import select
 from orchestrator.service.status import FINAL
+from orchestrator.trials.result import TrialResult
 
 
 def cancel_selected(
@@ -59,18 +60,18 @@ def _cancel(rollout: InFlight) -> Disposition:
     runner = rollout.runner
     if runner is None or runner.done():
         return "not_found"
-    trial = rollout.trial
-    if trial is not None and finishing(trial):
+    live = rollout.live
+    if live is not None and finishing(live):
         rollout.no_retry.set()  # the outcome stands: an infra one is not tried again
         return "finishing"  # a cancel now would be ridden out
     runner.cancel()
-    return "cancelled_queued" if trial is None else "cancelled_running"
+    return "cancelled_queued" if live is None else "cancelled_running"
 
 
-def finishing(trial: RolloutTrial) -> bool:
+def finishing(result: TrialResult) -> bool:
     """Whether the trial's phases are over, so a cancel can no longer change its outcome.
 
-    Read from its result, as the trial records it: a final status (set at the end of the
+    Read from its live result, as the trial records it: a final status (set at the end of the
     finishing steps), an error (a phase failed: the trial finishes as a failure), or the
     verify phase's time (recorded the moment verification ended, before the finishing steps
     begin). Until then (queued for its turn, materializing, in the agent or verifying) a
@@ -82,5 +83,4 @@ def finishing(trial: RolloutTrial) -> bool:
     finishes it is still answered `cancelled_running`, though the node keeps its outcome (the
     node sends no event when its verification ends).
     """
-    result = trial.result
     return result.status in FINAL or result.error is not None or result.timings.verify > 0

@@ -16,8 +16,8 @@ it returns once a rollout's status changes, woken by the engine's own transition
 This module is the lifecycle: admit, load, hold a slot, run, settle, cancel, shut down. The
 parts with rules of their own live beside it: `admission` (which submits are refused, and
 the retry-after a full line answers), `loading` (a request's task and agent, each
-loaded once), `trial_maker` (a rollout's trial, local or placed on a cluster node, and the
-model gateway local trials share), `tombstones` (what must not start),
+loaded once), `trial_maker` (a rollout's trial, run through the engine's one executor:
+here, or placed on a cluster's node; `executors/`), `tombstones` (what must not start),
 `watchers` (long polls), `status` (the documents a rollout reads as), `selection` (what a
 cancel names), `callbacks` (the `Outbox` of POSTs on their way) and `orphans` (the
 `orphan_timeout_sec` timer that cancels a rollout nobody asks about).
@@ -38,6 +38,7 @@ from typing import Never
 from orchestrator.common.defaults import DEFAULT_RETENTION_SEC
 from orchestrator.common.ids import check_id, new_id, trial_id_for
 from orchestrator.common.suggest import did_you_mean
+from orchestrator.executors.base import Executor, TrialEvents, executor_for
 from orchestrator.gateway.server import Gateway
 from orchestrator.jobs.store import lock_job_dir, mark_superseded, record_unrun
 from orchestrator.sandbox import Backend
@@ -106,6 +107,7 @@ class TrialEngine:
         max_retries: int = 0,
         retry_backoff: Backoff | None = None,
         lock_job_folder: bool = True,
+        executor: Executor | None = None,
         **misplaced: Never,
     ) -> None:
         """`abort_tombstone_sec`: how long `abort(scope)` keeps later submits of its scope
@@ -119,7 +121,9 @@ class TrialEngine:
         ends in infra is run again under the same rollout id, up to this many more times,
         waiting `retry_backoff` between (each try its own trial folder, the earlier ones'
         result.json saying `superseded_by`); the status says which try it is.
-        `lock_job_folder=False`: the caller holds the job folder's lock itself (`run_job`)."""
+        `lock_job_folder=False`: the caller holds the job folder's lock itself (`run_job`).
+        `executor`: where the trials run (`executors.base`); by default the one `config`
+        names (`executor_for`), on `backend` when one is given (not both)."""
         if misplaced:
             raise TypeError(misplaced_options(misplaced))
         if n_concurrent < 1:
@@ -136,7 +140,9 @@ class TrialEngine:
         self.default_agent = agent
         self.default_task = None if task is None else Path(task)
         self.tasks_dir = None if tasks_dir is None else Path(tasks_dir)
-        self.backend = backend or self.config.backend.build(self.config.limits)
+        if backend is not None and executor is not None:
+            raise ValueError("give TrialEngine a backend or an executor, not both")
+        self.executor = executor or executor_for(self.config, backend)
         self.job_id = check_id(job_id or new_id("serve"), "job id")
         self._slots = asyncio.Semaphore(n_concurrent)
         settled: TtlCache[RolloutStatus] = (
@@ -162,7 +168,7 @@ class TrialEngine:
         self._folder_lock: int | None = None if lock_job_folder else -1
         self._outbox = Outbox()
         self._admission = Admission(n_concurrent, max_queue_depth)
-        self._trials = TrialMaker(self.config, self.backend, self.job_id)
+        self._trials = TrialMaker(self.config, self.executor, self.job_id)
         self._orphans = OrphanWatch(orphan_timeout_sec, clock or time.monotonic, self._orphaned)
         self.loop: asyncio.AbstractEventLoop | None = None
         _engines.add(self)
@@ -264,7 +270,7 @@ class TrialEngine:
                     backoff=self.retry_backoff, stopping=rollout.no_retry,
                 )  # fmt: skip
         except asyncio.CancelledError:
-            result = rollout.trial.result if rollout.trial is not None else None
+            result = rollout.live
             if result is None or result.status not in ("success", "failure", "cancelled"):
                 result = rollout.result_without_trial(self.job_id)
         except Exception as exc:  # a bug, not a trial outcome: keep the engine serving
@@ -278,8 +284,8 @@ class TrialEngine:
     async def _try(self, rollout: InFlight) -> TrialResult:
         """One try of the rollout in a trial of its own; a try after an infra one gets the
         next retry id, and the earlier result.json says `superseded_by` it."""
-        if rollout.trial is not None:
-            earlier = rollout.trial.result
+        if rollout.live is not None:
+            earlier = rollout.live
             rollout.retried.append(earlier)
             # A valid id however long the rollout's (a 128-character one has no room left).
             rollout.trial_id = trial_id_for(
@@ -287,9 +293,20 @@ class TrialEngine:
             )
             rollout.retry_of = earlier.trial_id
             await mark_superseded(earlier, rollout.trial_id)
-        rollout.trial = self._trials.new_trial(rollout, lambda: self._grading(rollout))
-        self._watchers.notify(rollout.request.rollout_id)  # queued -> running, or a retry
-        return await rollout.trial.run()
+
+        announced = False
+
+        def live(result: TrialResult) -> None:
+            """The try's result as it goes. Its start is a change long polls see (queued to
+            running, or a retry); a result replaced later is not (its settling is)."""
+            nonlocal announced
+            rollout.live = result
+            if not announced:
+                announced = True
+                self._watchers.notify(rollout.request.rollout_id)
+
+        events = TrialEvents(result=live, grading=lambda: self._grading(rollout))
+        return await self._trials.run(rollout, events)
 
     def _settle_if_live(self, rollout: InFlight) -> None:
         if self._book.live.get(rollout.request.rollout_id) is rollout:
@@ -391,8 +408,8 @@ class TrialEngine:
             return
         disposition = self.cancel_nowait(ids=[rollout_id])[rollout_id]
         if disposition in ("cancelled_queued", "cancelled_running"):
-            if rollout.trial is not None:  # written to its result.json as it finishes
-                rollout.trial.result.warnings.append(reason)
+            if rollout.live is not None:  # written to its result.json as it finishes
+                rollout.live.warnings.append(reason)
             log.warning("rollout %s: %s", rollout_id, reason)
 
     # -- shutdown -----------------------------------------------------------------------------

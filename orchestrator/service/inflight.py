@@ -5,8 +5,8 @@ waited for a slot (no trial ever ran) and one whose trial crashed through a bug 
 wrote none). `result_without_trial` is that result, so `wait`, the status and the callbacks
 see an ending in every case.
 
-Its trial, once it holds a slot, is local (`trials.trial.Trial`) or placed on a cluster node
-(`service.placed.PlacedTrial`); `RolloutTrial` is what the engine uses of either.
+Its trial, once it holds a slot, runs through the engine's executor (here, or on a cluster's
+node); `live` is that trial's result as it goes, which is all the engine reads of it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
 
 from orchestrator.service.rollouts import RolloutRequest
 from orchestrator.tasks.task import Task
@@ -22,25 +21,14 @@ from orchestrator.trials.agents import Agent
 from orchestrator.trials.result import TrialError, TrialResult
 
 
-class RolloutTrial(Protocol):
-    """A rollout's trial as the engine uses it: `result` as it goes (the live status reads its
-    `status`, grading included), and `run()`, which ends with the result written. A cancel
-    reaches the trial by cancelling the task awaiting `run()`."""
-
-    @property
-    def result(self) -> TrialResult: ...
-
-    async def run(self) -> TrialResult: ...
-
-
 @dataclass
 class InFlight:
-    """The request with its loaded task and agent; `trial` (local or placed) once it holds a
-    slot; `runner`, the task driving it (cancelling it is how a cancel reaches the rollout);
-    `done`, its result once settled. With `max_retries`, `retried` holds its earlier tries
-    (each infra, rerun under the same rollout id; `trial_id` is the latest's), and `no_retry`,
-    once set, says no further try starts (a cancel that came while a try was finishing, or
-    the engine shutting down)."""
+    """The request with its loaded task and agent; `live`, its trial's result as it goes
+    (`executors.base.TrialEvents.result`), once it holds a slot; `runner`, the task driving
+    it (cancelling it is how a cancel reaches the rollout); `done`, its result once settled.
+    With `max_retries`, `retried` holds its earlier tries (each infra, rerun under the same
+    rollout id; `trial_id` is the latest's), and `no_retry`, once set, says no further try
+    starts (a cancel that came while a try was finishing, or the engine shutting down)."""
 
     request: RolloutRequest
     task: Task
@@ -48,7 +36,7 @@ class InFlight:
     attempt: int
     done: asyncio.Future[TrialResult]
     trial_id: str
-    trial: RolloutTrial | None = None
+    live: TrialResult | None = None
     runner: asyncio.Task[None] | None = None
     retry_of: str | None = None  # the trial the running one reruns
     retried: list[TrialResult] = field(default_factory=list)
@@ -56,7 +44,7 @@ class InFlight:
 
     @property
     def running(self) -> bool:
-        return self.trial is not None
+        return self.live is not None
 
     def result_without_trial(
         self, job_id: str, *, status: str = "cancelled", message: str | None = None

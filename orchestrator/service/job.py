@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.common.atomic_write import write_atomic
 from orchestrator.common.host_storage import host_storage_error
 from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
+from orchestrator.executors.base import Executor, executor_for
 from orchestrator.jobs.aggregates import counted, pass_at_k, summarize, task_unusable
 from orchestrator.jobs.config import JobConfigFile, public_trial_config
 from orchestrator.jobs.ids import fresh_job_id
@@ -32,7 +33,7 @@ from orchestrator.jobs.store import (
     claim_job_dir,
     lock_job_dir,
 )
-from orchestrator.sandbox import Backend
+from orchestrator.sandbox import Backend, Reaper
 from orchestrator.sandbox.reclaim import reclaim_dead
 from orchestrator.service.base_image_check import check_base_image_map
 from orchestrator.service.engine import TrialEngine
@@ -42,6 +43,9 @@ from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialResult
+
+if TYPE_CHECKING:
+    from orchestrator.backends.ray.config import RayBackendConfig
 
 __all__ = [
     "JobRecord",
@@ -103,6 +107,7 @@ async def run_job(
     on_retry: ProgressCallback | None = None,
     on_start: Callable[[JobRecord], None] | None = None,
     options: Mapping[str, Any] | None = None,
+    executor: Executor | None = None,
 ) -> JobRecord:
     """Run every task `attempts` times and aggregate, in `<jobs_dir>/<job_id>/`.
 
@@ -113,7 +118,8 @@ async def run_job(
     to `max_retries` times, waiting `retry_backoff`; `on_retry` gets the result a retry
     replaces, `on_trial_done` every result, `on_start` the job before its first trial (a
     resumed one with what it keeps). `options` are the caller's own settings, kept
-    in config.json (`trialbox run` keeps every option there).
+    in config.json (`trialbox run` keeps every option there). The trials run on `executor`,
+    else here on `backend`, else where `config` says (`executors.base.executor_for`).
     """
     _check_counts(n_concurrent, attempts, max_retries)
     config = config or TrialConfig()
@@ -121,9 +127,11 @@ async def run_job(
     loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
     # A `bundle:<project>` spec builds a wheel: host work, off the loop like the tasks'.
     the_agent = agent if isinstance(agent, Agent) else await run_blocking(parse_agent, agent)
-    backend = backend or config.backend.build(config.limits)
+    executor = _executor_of(config, backend, executor)
     # Another job may run other tasks with the same config: an unused mapping is a warning.
-    await check_base_image_map(config.base_image_map, loaded, backend=backend, refuse_unused=False)
+    await check_base_image_map(
+        config.base_image_map, loaded, backend=executor.images, refuse_unused=False
+    )
     jobs_dir = config.jobs_dir.resolve()
     if not job_id:
         job_id = await run_blocking(fresh_job_id, jobs_dir)
@@ -144,7 +152,7 @@ async def run_job(
     lock = await run_blocking(lock_job_dir, job_dir)
     try:
         return await _run(
-            job_dir, saved, config, the_agent, slots, [], backend=backend,
+            job_dir, saved, config, the_agent, slots, [], executor=executor,
             hooks=_Hooks(on_trial_done, on_retry, on_start),
         )  # fmt: skip
     finally:
@@ -164,6 +172,8 @@ async def resume_job(
     on_retry: ProgressCallback | None = None,
     on_start: Callable[[JobRecord], None] | None = None,
     options: Mapping[str, Any] | None = None,
+    cluster: RayBackendConfig | None = None,
+    executor: Executor | None = None,
 ) -> JobRecord:
     """Finish a job that stopped (killed, crashed, interrupted), in its own folder and id.
 
@@ -173,6 +183,8 @@ async def resume_job(
     superseding the earlier result. Only what cannot change a sample may differ from the
     first run: concurrency, retries and their backoff, keeping containers, and
     `credentials`, which config.json names but never holds (they must be given again).
+    The trials run on `executor`, else here on `backend`, else on `cluster` (a Ray cluster
+    named anew: `trialbox run --resume --ray`), else where config.json says.
     """
     job_dir = await run_blocking(Path(job_dir).resolve)
     await run_blocking(claim_job_dir, job_dir.parent, job_dir.name, resume=True)
@@ -183,9 +195,11 @@ async def resume_job(
         if saved.job_id != job_dir.name:
             raise ValueError(f"{job_dir / CONFIG_FILE}: it is job {saved.job_id!r}'s")
         config = _resumed_config(saved, job_dir, keep_containers, credentials)
-        backend = backend or config.backend.build(config.limits)
-        await _remove_leftovers(backend, saved.job_id)
-        await reclaim_dead(backend, job_dir.parent)  # other jobs' runs, killed, on this folder
+        executor = _executor_of(config, backend, executor, cluster=cluster)
+        await _remove_leftovers(executor.leftovers, saved.job_id)
+        await reclaim_dead(
+            executor.leftovers, job_dir.parent
+        )  # other jobs' runs, killed, on this folder
         backoff = retry_backoff or Backoff(*saved.retry_backoff_sec)
         saved = saved.model_copy(
             update={
@@ -210,14 +224,28 @@ async def resume_job(
         ]
         the_agent = await run_blocking(parse_agent, saved.agent)
         return await _run(
-            job_dir, saved, config, the_agent, slots, extras, backend=backend,
+            job_dir, saved, config, the_agent, slots, extras, executor=executor,
             hooks=_Hooks(on_trial_done, on_retry, on_start),
         )  # fmt: skip
     finally:
         os.close(lock)
 
 
-async def _remove_leftovers(backend: Backend, job_id: str) -> None:
+def _executor_of(
+    config: TrialConfig,
+    backend: Backend | None,
+    executor: Executor | None,
+    *,
+    cluster: RayBackendConfig | None = None,
+) -> Executor:
+    if executor is not None:
+        if backend is not None:
+            raise ValueError("give a job a backend or an executor, not both")
+        return executor
+    return executor_for(config, backend, cluster=cluster)
+
+
+async def _remove_leftovers(backend: Reaper, job_id: str) -> None:
     """The sandboxes the stopped run left: the job's folder is locked, so no live run of this
     job owns any sandbox labelled with its id, and they would only hold memory and names."""
     leftovers = await backend.find_leftovers(job=job_id)
@@ -257,7 +285,7 @@ async def _run(
     slots: list[_Slot],
     extras: list[Chain],
     *,
-    backend: Backend | None,
+    executor: Executor,
     hooks: _Hooks,
 ) -> JobRecord:
     """config.json first, job.json from the start and after each trial, the last at the end
@@ -275,7 +303,7 @@ async def _run(
     if hooks.on_start is not None:
         hooks.on_start(store.snapshot())
     engine = TrialEngine(
-        n_concurrent=saved.n_concurrent, config=config, backend=backend, job_id=saved.job_id,
+        n_concurrent=saved.n_concurrent, config=config, executor=executor, job_id=saved.job_id,
         agent=agent.spec, lock_job_folder=False,  # the job holds it (JobStore)
     )  # fmt: skip
     work = [s for s in slots if s.chain.last is None or needs_rerun(s.chain.last)]

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from orchestrator.common.defaults import DEFAULT_PARALLEL_BUILDS
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.offload import run_blocking
-from orchestrator.sandbox import Backend, ImagePlan
+from orchestrator.sandbox import ImageMaker, ImagePlan
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
@@ -59,7 +59,7 @@ async def prewarm(
     tasks: Sequence[Task | str | Path],
     *,
     base_image_map: Mapping[str, str] | None = None,
-    backend: Backend | None = None,
+    backend: ImageMaker | None = None,
     max_parallel: int = DEFAULT_PARALLEL_BUILDS,
     on_done: Callable[[PrewarmRow], None] | None = None,
     force_build: bool = False,

@@ -39,7 +39,7 @@ class RolloutBook:
         tombstoned; else unknown."""
         rollout = self.live.get(rollout_id)
         if rollout is not None:
-            return live_status(rollout_id, rollout.trial, rollout.retried)
+            return live_status(rollout_id, rollout.live, rollout.retried)
         settled = self.settled.get(rollout_id)
         if settled is not None:
             return settled

@@ -154,11 +154,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # A predecessor on this jobs folder killed with SIGKILL left its sandboxes running.
-        await reclaim_dead(engine.backend, engine.config.jobs_dir)
+        await reclaim_dead(engine.executor.leftovers, engine.config.jobs_dir)
         if prewarm_tasks:
             rows = await prewarm(
                 prewarm_tasks, base_image_map=engine.config.base_image_map,
-                backend=engine.backend, force_build=engine.config.force_build,
+                backend=engine.executor.images, force_build=engine.config.force_build,
                 on_done=_log_prewarmed,
             )  # fmt: skip
             log.info("prewarmed %d image(s)", len(rows))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from orchestrator.service.inflight import RolloutTrial
 from orchestrator.service.rollouts import RetriedAttempt, RolloutStatus
 from orchestrator.trials.result import TrialResult
 
@@ -33,13 +32,14 @@ def _retried(earlier: list[TrialResult]) -> dict[str, object]:
 
 
 def live_status(
-    rollout_id: str, trial: RolloutTrial | None, earlier: list[TrialResult] | None = None
+    rollout_id: str, live: TrialResult | None, earlier: list[TrialResult] | None = None
 ) -> RolloutStatus:
-    """A rollout in flight: queued until it holds a slot, then its trial's own status.
+    """A rollout in flight: queued until it holds a slot, then its trial's own status (read
+    from `live`, the trial's result as it goes).
 
     A trial whose outcome is known but whose result is still being written reads `grading`,
     not the outcome: a client that saw `success` could otherwise find no result yet."""
-    state = "queued" if trial is None else trial.result.status
+    state = "queued" if live is None else live.status
     if state in FINAL:
         state = "grading"
     return RolloutStatus(rollout_id=rollout_id, status=state, **_retried(earlier or []))

@@ -6,12 +6,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.common.errors import ErrorCategory
 from orchestrator.common.ids import check_id
 from orchestrator.gateway.record import Usage
-from orchestrator.sandbox.placement import NodeInfo
 from relay import RelayOutcome
 
 TrialStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
@@ -67,6 +66,17 @@ class Timings(BaseModel):
     collect: float = 0.0
     teardown: float = 0.0
     total: float = 0.0
+
+
+class NodeInfo(BaseModel):
+    """Where a trial ran: the cluster node and the engine that held its sandbox."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: str = Field(description="The node's id in its cluster (Ray's node id).")
+    address: str = Field(description="The node's address as the cluster knows it.")
+    engine: str = Field(description="Where the node's engine listens (its DOCKER_HOST).")
+    engine_id: str = Field(description="The engine's own id (`docker info`'s ID).")
 
 
 class TrialResult(BaseModel):

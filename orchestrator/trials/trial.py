@@ -103,8 +103,11 @@ class Trial:
         gateway: Gateway | None = None,
         on_grading: Callable[[Trial], None] | None = None,
         retry_of: str | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        """`environ`: what the task's `${VAR}` templates read (None: this process's)."""
         self.task, self.agent, self.config, self.backend = task, agent, config, backend
+        self._environ = environ
         if config.refuse_short_secrets:  # again: model_copy(update=...) skips validators
             check_secret_lengths(config.credentials)
         self.limits = config.limits
@@ -178,7 +181,7 @@ class Trial:
         """What the task asks of its sandbox, worked out and checked before any build."""
         context = plan_context(
             self.task, self.config, capabilities, backend_name=self.backend.name,
-            with_solution=self.agent.runs_solution,
+            with_solution=self.agent.runs_solution, environ=self._environ,
         )  # fmt: skip
         self.result.warnings.extend(self.task.warnings)  # e.g. a task.toml key misspelled
         self.result.warnings.extend(context.warnings)

@@ -30,9 +30,10 @@ from orchestrator.bundles.image import BundleDependencies
 from orchestrator.bundles.task import BundleTask
 from orchestrator.cli.serve import add_parser, bundle_agent
 from orchestrator.common.errors import AgentSpecError, TaskError
+from orchestrator.executors.base import TrialEvents, TrialRun
+from orchestrator.executors.placed import PlacedRun
 from orchestrator.sandbox.image_facts import ImagePython
 from orchestrator.service.loading import Loader
-from orchestrator.service.placed import PlacedTrial
 from orchestrator.trials.agents import parse_agent
 from orchestrator.trials.bundle_agent import BundleAgent
 from tests.conftest import write_task
@@ -230,10 +231,11 @@ def test_a_bundle_agent_sent_to_a_ray_node_carries_its_code_not_the_wheels_path(
     code itself, and a copy of the agent uploads it with the wheel gone."""
     wheel = shutil.copy(wheels["grader"], tmp_path / wheels["grader"].name)
     bundle = BundleAgent.load(wheel)
-    placed = PlacedTrial(
-        placement=None,  # type: ignore[arg-type]  # no cluster: the work is made before placing
-        task=load_task(write_task(tmp_path / "tasks", "t")), agent=bundle,
-        config=fake_config(tmp_path), trial_id="t-1", job_id="j-1", metadata={}, attempt=1,
+    task = load_task(write_task(tmp_path / "tasks", "t"))
+    placed = PlacedRun(
+        None,  # type: ignore[arg-type]  # no cluster: the work is made before placing
+        TrialRun(task, bundle, trial_id="t-1", job_id="j-1"), fake_config(tmp_path),
+        TrialEvents(),
     )  # fmt: skip
     work = placed._work()
     Path(wheel).unlink()

@@ -25,7 +25,7 @@ import pytest
 
 from orchestrator import TrialConfig
 from orchestrator.backends.ray.config import RayBackendConfig
-from orchestrator.service.placed_work import SCRATCH_ENV
+from orchestrator.executors.node_trial import SCRATCH_ENV
 from tests.conftest import BASE_IMAGE, BASE_IMAGE_MAP, TEST_OWNER, our_containers
 from tests.ray.second_dockerd import SecondDockerd
 

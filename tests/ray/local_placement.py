@@ -1,6 +1,6 @@
 """The simplest `Placement`: each work runs in this process, on a backend of its own (a
 fake "node"), after the pickle round trip every placed work and event must survive. The
-engine's placed path (`service/placed.py`, `placed_work.py`) is tested with it without Ray;
+placed executor (`executors/placed.py`, `node_trial.py`) is tested with it without Ray;
 `LostPlacement` is a node that dies under its first trials."""
 
 from __future__ import annotations
@@ -10,8 +10,11 @@ import pickle
 
 from orchestrator.backends.fake import FakeBackend
 from orchestrator.common.errors import SandboxLostError
-from orchestrator.sandbox.placement import Emit, NodeInfo, PlacedWork, Placement
+from orchestrator.executors.placed import PlacedExecutor
+from orchestrator.executors.placement import Emit, PlacedWork, Placement
 from orchestrator.tasks.task import Task
+from orchestrator.trials.config import TrialConfig
+from orchestrator.trials.result import NodeInfo
 
 NODE = NodeInfo(node_id="n" * 56, address="127.0.0.1", engine="fake", engine_id="fake-node")
 
@@ -55,13 +58,7 @@ class LostPlacement(LocalPlacement):
         await super().run(work, task, emit)
 
 
-class PlacingBackend(FakeBackend):
-    """A fake backend that places whole trials instead of making sandboxes here."""
-
-    def __init__(self, placement: Placement) -> None:
-        super().__init__()
-        self._placement = placement
-
-    @property
-    def placement(self) -> Placement:
-        return self._placement
+def placed_on(placement: LocalPlacement, config: TrialConfig) -> PlacedExecutor:
+    """An executor placing `config`'s trials through `placement`, its node's images and
+    leftovers those of the placement's fake backend."""
+    return PlacedExecutor(config, placement, images=placement.node, leftovers=placement.node)

@@ -190,7 +190,7 @@ async def test_a_node_killed_mid_job_fails_only_its_trials_and_they_run_again_el
         def on_third() -> bool:
             for engine in engines():
                 for rollout in engine._book.live.values():
-                    node = rollout.trial.result.node if rollout.trial is not None else None
+                    node = rollout.live.node if rollout.live is not None else None
                     if node is not None and node.node_id == third.node_id:
                         return running_on(two_engines, engine.job_id)[1] >= 2
             return False
@@ -214,10 +214,10 @@ async def test_a_node_killed_mid_job_fails_only_its_trials_and_they_run_again_el
 
     # The dead node could not tear its sandbox down: reaping through the cluster finds it (the
     # second engine is still driven by a live node) and removes it.
-    from orchestrator.backends.ray.backend import RayBackend  # needs Ray: not at collection
+    from orchestrator.executors.ray.cluster import RayCluster  # needs Ray: not at collection
 
     assert isinstance(config.backend, RayBackendConfig)
-    backend = RayBackend(config.backend, config.limits)
+    backend = RayCluster(config.backend, config.limits)
     left = await backend.find_leftovers(owner=TEST_OWNER, job=record.job_id)
     assert [item.trial for item in left] == [lost.trial_id]
     assert await backend.remove_leftovers(left) == 1

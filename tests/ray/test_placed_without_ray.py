@@ -1,22 +1,24 @@
-"""The engine's placed path without Ray: a backend whose `placement` runs each trial on a
-fake "node" after a pickle round trip. What travels must pickle; the node's folder comes
+"""The placed executor without Ray: a `Placement` that runs each trial on a fake "node"
+after a pickle round trip. What travels must pickle; the node's folder comes
 back to this host's jobs folder with the node recorded; a cancel reaches the trial where it
 runs; a lost node is an infra failure that a retry runs again; the node's scratch is gone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator import Limits, RolloutRequest, TrialConfig, TrialEngine, TrialResult, run_job
-from orchestrator.service.placed_work import SCRATCH_ENV
+from orchestrator.executors.node_trial import SCRATCH_ENV
 from tests.conformance.conftest import wait_until
 from tests.conftest import write_task
-from tests.ray.local_placement import NODE, LocalPlacement, LostPlacement, PlacingBackend
+from tests.ray.local_placement import NODE, LocalPlacement, LostPlacement, placed_on
 
 QUICK = Limits(stop_term_grace_sec=0.5, stop_kill_grace_sec=0.5)
 
@@ -46,9 +48,10 @@ async def test_a_placed_trial_comes_back_with_its_files_and_its_node(
     tmp_path: Path, scratch: Path
 ) -> None:
     placement = LocalPlacement()
+    config = config_in(tmp_path)
     job = await run_job(
-        [task_in(tmp_path)], "oracle", config=config_in(tmp_path),
-        backend=PlacingBackend(placement), metadata={"label": 7},
+        [task_in(tmp_path)], "oracle", config=config,
+        executor=placed_on(placement, config), metadata={"label": 7},
     )  # fmt: skip
     [result] = job.trials
     assert result.status == "success", result.error
@@ -67,14 +70,16 @@ async def test_a_placed_trial_comes_back_with_its_files_and_its_node(
 
 async def test_a_cancel_reaches_the_trial_where_it_runs(tmp_path: Path, scratch: Path) -> None:
     placement = LocalPlacement()
-    task = task_in(tmp_path)
+    task, config = task_in(tmp_path), config_in(tmp_path)
     async with TrialEngine(
-        config=config_in(tmp_path), backend=PlacingBackend(placement), task=task,
+        config=config, executor=placed_on(placement, config), task=task,
         agent="command:sleep 30",
     ) as engine:  # fmt: skip
         await engine.submit(RolloutRequest(rollout_id="tenant::r1"))
         await wait_until(lambda: as_awaitable(bool(placement.node.created)))
+        polled = asyncio.ensure_future(engine.watch("tenant::r1", 25))
         assert (await engine.cancel(prefix="tenant::")) == {"tenant::r1": "cancelled_running"}
+        assert (await polled).status == "cancelled"  # woken by the settling, not before
         status = engine.status("tenant::r1")
     assert status.status == "cancelled"
     assert placement.cancelled == [f"{engine.job_id}/{trial_dir_name(status.trial_dir)}"]
@@ -98,9 +103,10 @@ def trial_dir_name(trial_dir: str | None) -> str:
 
 async def test_a_lost_node_is_an_infra_failure_that_a_retry_runs_again(tmp_path: Path) -> None:
     placement = LostPlacement(losses=1)
+    config = config_in(tmp_path)
     job = await run_job(
-        [task_in(tmp_path)], "oracle", config=config_in(tmp_path),
-        backend=PlacingBackend(placement), max_retries=1,
+        [task_in(tmp_path)], "oracle", config=config,
+        executor=placed_on(placement, config), max_retries=1,
     )  # fmt: skip
     first, second = sorted([*job.trials, job.superseded[0]], key=lambda t: t.started_at)
     assert first.status == "failure" and first.error is not None
@@ -112,12 +118,46 @@ async def test_a_lost_node_is_an_infra_failure_that_a_retry_runs_again(tmp_path:
 
 async def test_a_placed_trial_reads_grading_while_its_node_verifies(tmp_path: Path) -> None:
     slow_verifier = "#!/bin/sh\nsleep 2\necho 1 > /logs/verifier/reward.txt\n"
-    task = task_in(tmp_path, test_sh=slow_verifier)
+    task, config = task_in(tmp_path, test_sh=slow_verifier), config_in(tmp_path)
     async with TrialEngine(
-        config=config_in(tmp_path), backend=PlacingBackend(LocalPlacement()), task=task,
-        agent="nop",
-    ) as engine:  # fmt: skip
+        config=config, executor=placed_on(LocalPlacement(), config), task=task, agent="nop"
+    ) as engine:
         await engine.submit(RolloutRequest(rollout_id="graded"))
         await wait_until(lambda: as_awaitable(engine.status("graded").status == "grading"))
         result = await engine.wait("graded")
     assert result.status == "success" and result.node == NODE
+
+
+class NodeWithoutTheVariable(LocalPlacement):
+    """A node whose own environment lacks what the driver has: the variable is taken away
+    while the work runs, and what the node's environment holds then is kept."""
+
+    def __init__(self, variable: str) -> None:
+        super().__init__()
+        self.variable = variable
+        self.seen_during: list[str | None] = []
+
+    async def run(self, work: Any, task: Any, emit: Any) -> None:
+        with pytest.MonkeyPatch.context() as node_env:
+            node_env.delenv(self.variable)
+            await super().run(work, task, emit)
+            self.seen_during.append(os.environ.get(self.variable))
+
+
+async def test_the_task_s_templates_read_the_driver_s_values_without_changing_the_node_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("H20_DRIVER_GREETING", "hello from the driver")
+    task = task_in(
+        tmp_path,
+        task_toml='[environment.env]\nGREETING = "${H20_DRIVER_GREETING}"\n',
+        solve_sh='#!/bin/sh\necho "$GREETING" > /logs/artifacts/out.txt\n',
+    )
+    placement, config = NodeWithoutTheVariable("H20_DRIVER_GREETING"), config_in(tmp_path)
+    job = await run_job([task], "oracle", config=config, executor=placed_on(placement, config))
+    [result] = job.trials
+    assert result.status == "success", result.error  # an unset ${VAR} fails the trial
+    out = Path(result.trial_dir) / "logs" / "artifacts" / "out.txt"
+    assert out.read_text() == "[redacted]\n"  # the driver's value, scrubbed as host values are
+    assert placement.seen_during == [None]  # given to the trial, never put in os.environ
+    assert "hello from the driver" not in (Path(result.trial_dir) / "result.json").read_text()

@@ -1,6 +1,7 @@
-"""The Ray backend: trials placed on the nodes of a Ray cluster, each node's Docker engine
-driven by a long-lived actor on that node.
+"""The Ray cluster's config (`config.RayBackendConfig`), light: no Ray import.
 
-`config` is light (no Ray import); everything else imports Ray and is loaded only when a
-`RayBackendConfig` is built, so without it Ray is never imported (the `ray` extra).
+Ray is not a sandbox backend: a cluster's trials run whole on its nodes, through the
+executor in `orchestrator/executors/ray/` (which imports Ray, and only when a config names a
+cluster). The config lives here, in `TrialConfig.backend`'s union, so job files and
+config.json keep naming it as `backend = {type = "ray"}`.
 """

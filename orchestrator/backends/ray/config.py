@@ -1,6 +1,9 @@
 """How a trial config chooses a Ray cluster. Importing this does not import `ray` or
-`docker`, nor does `import orchestrator` (tests/test_lazy_imports.py holds both); `build()`
-does."""
+`docker`, nor does `import orchestrator` (tests/test_lazy_imports.py holds both).
+
+A cluster is not a sandbox backend: `executors.base.executor_for` reads this config and runs
+the trials on its nodes (`executors/ray/`). It stays in `TrialConfig.backend`'s union so job
+files and config.json keep their format (`backend = {type = "ray", ...}`)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from orchestrator.backends.fake.config import FakeBackendConfig
 from orchestrator.common.limits import Limits
 
 if TYPE_CHECKING:
-    from orchestrator.backends.ray.backend import RayBackend
+    from orchestrator.sandbox.backend import Backend
 
 
 class RayBackendConfig(BaseModel):
@@ -56,16 +59,13 @@ class RayBackendConfig(BaseModel):
         "its result back before it is given up as lost.",
     )
 
-    def build(self, limits: Limits) -> RayBackend:
-        """The backend, made when first needed (Ray is imported and connected only then)."""
-        try:
-            from orchestrator.backends.ray.backend import RayBackend
-        except ModuleNotFoundError as exc:
-            if exc.name != "ray":
-                raise
-            raise ModuleNotFoundError(
-                "trials on a Ray cluster need Ray on this host and on every node: "
-                "pip install 'trialbox[ray]'",
-                name="ray",
-            ) from None
-        return RayBackend(self, limits)
+    def build(self, limits: Limits) -> Backend:
+        """Always refused, with a `ValueError` (typed as the union's other members are): a
+        cluster makes no sandbox here. Its trials run whole on its nodes, through an
+        executor (`executors.base.executor_for`: TrialEngine, run_job, trialbox run/serve
+        --ray); `run_trial` runs its trial in this process, on a sandbox backend."""
+        raise ValueError(
+            "a Ray cluster is not a sandbox backend: its trials run on its nodes through "
+            "TrialEngine, run_job or trialbox run/serve --ray (run_trial runs its trial in this "
+            "process: give it a docker or fake backend)"
+        )

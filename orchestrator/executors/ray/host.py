@@ -18,8 +18,10 @@ from typing import Any
 import ray
 
 from orchestrator.backends.ray.config import RayBackendConfig
-from orchestrator.backends.ray.parcels import TaskParcel, Unpacker
 from orchestrator.common.limits import Limits
+from orchestrator.executors.node_trial import scratch_root
+from orchestrator.executors.placement import PlacedWork
+from orchestrator.executors.ray.parcels import TaskParcel, Unpacker
 from orchestrator.sandbox import (
     Backend,
     Capabilities,
@@ -29,8 +31,8 @@ from orchestrator.sandbox import (
     Sandbox,
     SandboxSpec,
 )
-from orchestrator.sandbox.placement import NodeInfo, PlacedWork
 from orchestrator.tasks.task import Task
+from orchestrator.trials.result import NodeInfo
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 HEALTH_TIMEOUT_SEC = 10.0
@@ -102,8 +104,6 @@ class NodeHost:
     """What the driver asks of one node. Made with `ray.remote` (see `fleet`)."""
 
     def __init__(self, config: RayBackendConfig, limits: Limits) -> None:
-        from orchestrator.service.placed_work import scratch_root
-
         self.config = config
         self.backend = _node_backend(config, limits)
         self.parcels = Unpacker(scratch_root() / f"tasks-{os.getpid()}")

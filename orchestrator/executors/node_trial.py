@@ -1,10 +1,13 @@
 """A trial as it runs on a cluster node: the work a `Placement` carries there.
 
-The node runs the very same `Trial` a local engine runs, with the node's own backend (its
+The node runs the very same `Trial` a local executor runs, with the node's own backend (its
 Docker engine), the node's copy of the task and a model gateway of the node's process, so
-the relay, the verifier and the gateway's socket are all beside the sandbox. The trial
-writes into a scratch folder; its whole folder goes back as one tar with the last event,
-also when it was cancelled, and the scratch folder is removed.
+the relay, the verifier and the gateway's socket are all beside the sandbox. The driver's
+values of the variables the task's `${VAR}` templates read travel with the work and are
+given to the trial (the node's environment is never changed). The trial writes into a
+scratch folder; its whole folder goes back as one tar with the last event, also when it was
+cancelled, and the scratch folder is removed. The result names no folder of the node's:
+its `trial_dir` is the driver's to set, where the folder lands.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from typing import Any
 from orchestrator.common.archive import extract_stream, tar_of_dir
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import ride_out_cancels
+from orchestrator.executors.placement import Emit, Resources
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelOverride
 from orchestrator.sandbox import Backend
-from orchestrator.sandbox.placement import Emit, Resources
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent, WorkflowAgent
 from orchestrator.trials.config import TrialConfig
@@ -46,11 +49,12 @@ class Grading:
 
 @dataclass(frozen=True)
 class Finished:
-    """The trial ended (also cancelled): its result and its whole folder as a tar."""
+    """The trial ended (also cancelled): its result and its whole folder as a tar (the
+    folder's own files, relative to it). The result's `trial_dir` is empty: the driver sets
+    its own."""
 
     result: TrialResult
     files: bytes
-    node_dir: str  # where the folder was on the node, to rewrite paths that name it
 
 
 def scratch_root() -> Path:
@@ -91,9 +95,6 @@ class TrialWork:
     agent_code: bytes | None = None
 
     async def __call__(self, backend: Backend, task: Task, emit: Emit) -> None:
-        # The node's process serves one driver, whose environment is fixed: the task's
-        # templates read the driver's values, as they would on the driver's host.
-        os.environ.update(dict(self.host_env))
         scratch = Path(await run_blocking(tempfile.mkdtemp, prefix="trial-", dir=scratch_root()))
         trial: Trial | None = None
         cancelled = False
@@ -105,7 +106,7 @@ class TrialWork:
                 attempt=self.attempt, rollout_id=self.rollout_id, session_id=self.session_id,
                 prompt=self.prompt, model=self.model,
                 gateway=node_gateway() if self.config.model is not None else None,
-                on_grading=lambda _trial: emit(Grading()),
+                on_grading=lambda _trial: emit(Grading()), environ=self.environ(),
             )  # fmt: skip
             await trial.run()
         except asyncio.CancelledError:
@@ -116,6 +117,12 @@ class TrialWork:
             sending.result()
         if cancelled:
             raise asyncio.CancelledError
+
+    def environ(self) -> dict[str, str]:
+        """What the task's `${VAR}` templates read here, given to the trial: the driver's
+        values, as on the driver's host, over the node's own environment (a variable the
+        driver does not set is read from the node's)."""
+        return {**os.environ, **dict(self.host_env)}
 
     async def _agent_here(self, scratch: Path) -> Agent:
         """The agent, its workflow code unpacked on this node when it has any."""
@@ -135,7 +142,7 @@ class TrialWork:
                 files = b""
                 if await run_blocking(trial.trial_dir.is_dir):
                     files = await run_blocking(tar_of_dir, trial.trial_dir, ".")
-                emit(Finished(trial.result, files, str(trial.trial_dir)))
+                emit(Finished(trial.result.model_copy(update={"trial_dir": ""}), files))
         finally:
             await run_blocking(shutil.rmtree, scratch, ignore_errors=True)
 

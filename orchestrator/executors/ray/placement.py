@@ -23,13 +23,13 @@ from ray.util.placement_group import (
 )
 
 from orchestrator.backends.ray.config import RayBackendConfig
-from orchestrator.backends.ray.fleet import Fleet, Host, lost
-from orchestrator.backends.ray.host import ImageReady
-from orchestrator.backends.ray.parcels import Packer, TaskParcel
 from orchestrator.common.errors import SandboxError, TaskError, TrialboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import ride_out_cancels
-from orchestrator.sandbox.placement import Emit, PlacedWork, Placement, Resources
+from orchestrator.executors.placement import Emit, PlacedWork, Placement, Resources
+from orchestrator.executors.ray.fleet import Fleet, Host, lost
+from orchestrator.executors.ray.host import ImageReady
+from orchestrator.executors.ray.parcels import Packer, TaskParcel
 from orchestrator.tasks.task import Task
 
 NODE_ID_LABEL = "ray.io/node-id"

@@ -1,39 +1,26 @@
 """Whole trials run where their sandboxes live, when that is not this process's host.
 
-A backend whose sandboxes are on other machines (the nodes of a Ray cluster, each with its
-own Docker engine) cannot hand this process a `Sandbox`: the relay, the verifier and the
-model gateway's socket must all be beside the engine. Such a backend offers a `Placement`
-instead: it runs a whole unit of work (a trial) on a node with room for it, gives that work
-the node's own backend and a copy of the task there, and brings back what the work emits.
-Backends that create sandboxes here (Docker, fake) offer none, and nothing changes for them.
+The nodes of a cluster (Ray's, each with its own Docker engine) cannot hand this process a
+`Sandbox`: the relay, the verifier and the model gateway's socket must all be beside the
+engine. A `Placement` runs a whole unit of work (a trial) on a node with room for it, gives
+that work the node's own backend and a copy of the task there, and brings back what the work
+emits. `PlacedExecutor` (`placed.py`) runs its trials through one; `ray/placement.py` is
+Ray's, and the tests have one that runs each work in this process.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.sandbox import Backend
 from orchestrator.tasks.task import Task
-
-if TYPE_CHECKING:
-    from orchestrator.sandbox.backend import Backend
 
 Emit = Callable[[Any], None]
 """How a placed work reports: each event it emits reaches the caller of `Placement.run`."""
-
-
-class NodeInfo(BaseModel):
-    """Where a trial ran: the cluster node and the engine that held its sandbox."""
-
-    model_config = ConfigDict(frozen=True)
-
-    node_id: str = Field(description="The node's id in its cluster (Ray's node id).")
-    address: str = Field(description="The node's address as the cluster knows it.")
-    engine: str = Field(description="Where the node's engine listens (its DOCKER_HOST).")
-    engine_id: str = Field(description="The engine's own id (`docker info`'s ID).")
 
 
 class Resources(BaseModel):
@@ -65,7 +52,7 @@ class PlacedWork(Protocol):
 
 
 class Placement(ABC):
-    """Runs works on the nodes of a backend whose sandboxes are not in reach of this host."""
+    """Runs works on the nodes of a cluster whose sandboxes are not in reach of this host."""
 
     @abstractmethod
     async def run(self, work: PlacedWork, task: Task, emit: Emit) -> None:

@@ -1,33 +1,31 @@
-"""The Ray backend: whole trials placed on the cluster's nodes (`placement`), images warmed
-and leftovers found on every node (`nodes`)."""
+"""A Ray cluster as the service uses it: whole trials placed on its nodes (`placement`,
+through `PlacedExecutor`), images warmed and leftovers found on every node (`nodes`).
+
+Not a sandbox backend: no sandbox is made from here. Each node's actor (`host.py`) owns the
+node's Docker engine through the node's own backend, and the trials it runs make theirs.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from orchestrator.backends.ray.config import RayBackendConfig
-from orchestrator.backends.ray.fleet import Fleet
-from orchestrator.backends.ray.nodes import NodeBackend
-from orchestrator.backends.ray.parcels import Packer
-from orchestrator.backends.ray.placement import RayPlacement
 from orchestrator.common.errors import SandboxLostError
 from orchestrator.common.limits import Limits
-from orchestrator.sandbox import (
-    Backend,
-    Capabilities,
-    ImageOutcome,
-    ImagePlan,
-    Leftover,
-    Sandbox,
-    SandboxSpec,
-)
-from orchestrator.sandbox.placement import Placement
+from orchestrator.executors.placed import PlacedExecutor
+from orchestrator.executors.ray.fleet import Fleet
+from orchestrator.executors.ray.nodes import NodeImages
+from orchestrator.executors.ray.parcels import Packer
+from orchestrator.executors.ray.placement import RayPlacement
+from orchestrator.sandbox import ImageOutcome, ImagePlan, Leftover, LocalImages
 from orchestrator.tasks.task import Task
+from orchestrator.trials.config import TrialConfig
 
 
-class RayBackend(Backend):
-    """Trials on the nodes of a Ray cluster, each node's engine driven by its own actor."""
+class RayCluster:
+    """The nodes of a Ray cluster, each node's engine driven by its own actor: where their
+    trials are placed, and their images and leftovers (an `ImageMaker` and a `Reaper`)."""
 
     name = "ray"
 
@@ -36,19 +34,10 @@ class RayBackend(Backend):
         self.limits = limits or Limits()
         self.fleet = Fleet(config, self.limits)
         self.packer = Packer()
-        self._placement = RayPlacement(config, self.fleet, self.packer)
+        self.placement = RayPlacement(config, self.fleet, self.packer)
 
-    @property
-    def placement(self) -> Placement:
-        return self._placement
-
-    async def capabilities(self) -> Capabilities:
-        """Each node's trial checks its task against its own engine; from here, only what
-        a node's engine offers in general is known."""
-        return Capabilities(network_modes=frozenset({"none", "bridge", "host"}), host_mounts=True)
-
-    async def nodes(self) -> list[NodeBackend]:
-        """Every alive node that may run trials, as a backend of its own."""
+    async def nodes(self) -> list[NodeImages]:
+        """Every alive node that may run trials, its images and leftovers."""
         found = await self.fleet.nodes()
         if not found:
             labels = self.config.node_labels
@@ -57,7 +46,7 @@ class RayBackend(Backend):
                 + (f" with the labels {labels} (ray start --labels)" if labels else "")
             )
         hosts = await asyncio.gather(*(self.fleet.host(node["NodeID"]) for node in found))
-        return [NodeBackend(host, self.fleet, self.packer) for host in hosts]
+        return [NodeImages(host, self.fleet, self.packer) for host in hosts]
 
     async def plan_image(
         self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
@@ -89,11 +78,9 @@ class RayBackend(Backend):
             update={"status": "built" if built else "cached", "warnings": warnings}
         )
 
-    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
-        raise RuntimeError(
-            "the Ray backend runs whole trials on its nodes: run them through TrialEngine, "
-            "run_job or trialbox run/serve --ray (run_trial runs its trial in this process)"
-        )
+    async def local_images(self, refs: Sequence[str]) -> LocalImages | None:
+        """None: each node's engine holds its own images, and its trials check them."""
+        return None
 
     async def find_leftovers(
         self, *, owner: str | None = None, job: str | None = None
@@ -106,3 +93,9 @@ class RayBackend(Backend):
         nodes = await self.nodes()
         removed = await asyncio.gather(*(n.remove_leftovers(leftovers) for n in nodes))
         return sum(removed)
+
+
+def ray_executor(config: TrialConfig, cluster: RayBackendConfig) -> PlacedExecutor:
+    """Trials of `config` placed on the nodes of `cluster` (Ray connects when first used)."""
+    nodes = RayCluster(cluster, config.limits)
+    return PlacedExecutor(config, nodes.placement, images=nodes, leftovers=nodes, name="ray")

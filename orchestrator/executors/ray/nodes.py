@@ -1,15 +1,16 @@
-"""One node of the cluster seen from the driver as a backend of its own: its images and its
-leftovers, asked of the node's actor. `trialbox prewarm --ray` warms each node through one
-of these (with progress per node) and `trialbox reap --ray` cleans each node's engine."""
+"""One node of the cluster seen from the driver: its images and its leftovers (an
+`ImageMaker` and a `Reaper`, not a backend: it makes no sandbox), asked of the node's
+actor. `trialbox prewarm --ray` warms each node through one of these (with progress per
+node) and `trialbox reap --ray` cleans each node's engine."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.backends.ray.fleet import Fleet, Host, lost
-from orchestrator.backends.ray.parcels import Packer, TaskParcel
-from orchestrator.sandbox import Backend, ImageOutcome, ImagePlan, Leftover, Sandbox, SandboxSpec
+from orchestrator.executors.ray.fleet import Fleet, Host, lost
+from orchestrator.executors.ray.parcels import Packer, TaskParcel
+from orchestrator.sandbox import ImageOutcome, ImagePlan, Leftover, LocalImages
 from orchestrator.tasks.task import Task
 
 
@@ -23,9 +24,9 @@ class NodePlan:
     force_build: bool
 
 
-class NodeBackend(Backend):
+class NodeImages:
     """The images and leftovers of one node's engine. Sandboxes are made only by the trials
-    the node runs (`Backend.placement` of the Ray backend), never from the driver."""
+    the node runs (placed there by `PlacedExecutor`), never from the driver."""
 
     def __init__(self, host: Host, fleet: Fleet, packer: Packer) -> None:
         self.host, self.fleet, self.packer = host, fleet, packer
@@ -65,11 +66,9 @@ class NodeBackend(Backend):
         assert isinstance(outcome, ImageOutcome)
         return outcome
 
-    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
-        raise RuntimeError(
-            f"node {self.name}: sandboxes of a Ray cluster are made by the trials its nodes "
-            "run; place trials through TrialEngine / run_job (Backend.placement)"
-        )
+    async def local_images(self, refs: Sequence[str]) -> LocalImages | None:
+        """None: the node's trials check their images against its engine themselves."""
+        return None
 
     async def find_leftovers(
         self, *, owner: str | None = None, job: str | None = None

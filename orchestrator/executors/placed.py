@@ -1,11 +1,11 @@
-"""A trial placed on a cluster node, as the engine sees it: a `result` that follows the
-node's events and a `run()` that ends with a `result.json` in this host's jobs folder.
+"""Trials placed on a cluster's nodes, as the service sees them: `run` ends with a
+`result.json` in this host's jobs folder, the result followed live through the node's events.
 
-The engine treats it as it treats a local `Trial`: status, grading callbacks, cancel (a
-cancel of `run()` reaches the trial on its node through the `Placement`, whose relay does
-the host abort there) and settling are the same. What differs is where the files come
-from: the node sends the trial's whole folder back, and the result records the node and
-engine. A node that died mid-trial leaves a result saying so, with category `infra`.
+The engine treats it as it treats a local trial: status, grading callbacks, cancel (a cancel
+of `run` reaches the trial on its node through the `Placement`, whose relay does the host
+abort there) and settling are the same. What differs is where the files come from: the node
+sends the trial's whole folder back, and the result records the node and engine. A node that
+died mid-trial leaves a result saying so, with category `infra`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from orchestrator.common.archive import extract_stream, tar_of_dir
 from orchestrator.common.atomic_write import write_atomic_sync
@@ -24,14 +22,14 @@ from orchestrator.common.errors import TrialboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import ride_out_cancels
-from orchestrator.gateway.settings import ModelOverride
-from orchestrator.sandbox.placement import NodeInfo, Placement, Resources
-from orchestrator.service.placed_work import Finished, Grading, TrialWork
-from orchestrator.tasks.task import Task
-from orchestrator.trials.agents import Agent, WorkflowAgent
+from orchestrator.executors.base import Executor, TrialEvents, TrialRun
+from orchestrator.executors.node_trial import Finished, Grading, TrialWork
+from orchestrator.executors.placement import Placement, Resources
+from orchestrator.sandbox import ImageMaker, Reaper
+from orchestrator.trials.agents import WorkflowAgent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.materialize import claim_folder
-from orchestrator.trials.result import TrialError, TrialResult, initial_result
+from orchestrator.trials.result import NodeInfo, TrialError, TrialResult, initial_result
 from orchestrator.trials.spec import spec_of, write_spec
 
 # Files come back capped at the node (logs at Limits.log_file_cap_bytes); this only keeps a
@@ -39,51 +37,65 @@ from orchestrator.trials.spec import spec_of, write_spec
 _FILE_CAP = 1 << 30
 
 
-class PlacedTrial:
-    """One agent's attempt at one task, run on a node of the backend's `Placement`."""
+class PlacedExecutor(Executor):
+    """Runs each trial whole on a node of `placement`'s cluster; `images` and `leftovers`
+    are the cluster's nodes'."""
 
     def __init__(
         self,
-        placement: Placement,
-        task: Task,
-        agent: Agent,
-        *,
         config: TrialConfig,
-        trial_id: str,
-        job_id: str,
-        metadata: Mapping[str, Any],
-        attempt: int,
-        rollout_id: str | None = None,
-        session_id: str | None = None,
-        prompt: str | None = None,
-        model: ModelOverride | None = None,
-        on_grading: Callable[[PlacedTrial], None] | None = None,
-        retry_of: str | None = None,
+        placement: Placement,
+        *,
+        images: ImageMaker,
+        leftovers: Reaper,
+        name: str = "placed",
     ) -> None:
-        self.placement, self.task, self.agent, self.config = placement, task, agent, config
+        self.config, self.placement, self.name = config, placement, name
+        self._images, self._leftovers = images, leftovers
+
+    async def run(self, run: TrialRun, events: TrialEvents) -> TrialResult:
+        return await PlacedRun(self.placement, run, self.config, events).run()
+
+    @property
+    def images(self) -> ImageMaker:
+        return self._images
+
+    @property
+    def leftovers(self) -> Reaper:
+        return self._leftovers
+
+
+class PlacedRun:
+    """One trial on a node: this host's folder, trial.json and result.json around it."""
+
+    def __init__(
+        self, placement: Placement, run: TrialRun, config: TrialConfig, events: TrialEvents
+    ) -> None:
+        self.placement, self.run_of, self.config, self.events = placement, run, config, events
+        self.task, self.agent = run.task, run.agent
         self.result = initial_result(
-            task.name, agent.spec, jobs_dir=config.jobs_dir, trial_id=trial_id, job_id=job_id,
-            attempt=attempt, rollout_id=rollout_id, session_id=session_id, retry_of=retry_of,
+            run.task.name, run.agent.spec, jobs_dir=config.jobs_dir, trial_id=run.trial_id,
+            job_id=run.job_id, attempt=run.attempt, rollout_id=run.rollout_id,
+            session_id=run.session_id, retry_of=run.retry_of,
         )  # fmt: skip
         self.trial_id, self.job_id = self.result.trial_id, self.result.job_id
-        self.metadata, self.prompt, self.model = dict(metadata), prompt, model
-        self._on_grading = on_grading
         self.trial_dir = Path(self.result.trial_dir)
         self._finished: Finished | None = None
         self._lost: Exception | None = None
-        self._spec = spec_of(self.result, task, metadata, prompt=prompt,
-                             model=config.model.merged(model) if config.model else None,
-                             credentials=config.credentials)  # fmt: skip
+        model = config.model.merged(run.model) if config.model else None
+        self._spec = spec_of(self.result, run.task, run.metadata, prompt=run.prompt,
+                             model=model, credentials=config.credentials)  # fmt: skip
+        events.result(self.result)
 
     # -- on the way -----------------------------------------------------------------------
 
     def _on_event(self, event: object) -> None:
         if isinstance(event, NodeInfo):
             self.result.node = event
+            self.events.node(event)
         elif isinstance(event, Grading):
             self.result.status = "grading"
-            if self._on_grading is not None:
-                self._on_grading(self)
+            self.events.grading()
         elif isinstance(event, Finished):
             self._finished = event
 
@@ -101,9 +113,10 @@ class PlacedTrial:
             key=f"{self.job_id}/{self.trial_id}",
             resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb),
             agent=self.agent, config=self.config, trial_id=self.trial_id, job_id=self.job_id,
-            metadata=self.metadata, attempt=self.result.attempt,
+            metadata=dict(self.run_of.metadata), attempt=self.result.attempt,
             rollout_id=self.result.rollout_id, session_id=self.result.session_id,
-            prompt=self.prompt, model=self.model, host_env=tuple(sorted(host_env.items())),
+            prompt=self.run_of.prompt, model=self.run_of.model,
+            host_env=tuple(sorted(host_env.items())),
             agent_code=code,
         )  # fmt: skip
 
@@ -137,6 +150,7 @@ class PlacedTrial:
         node = self.result.node
         if self._finished is not None:
             self.result = await run_blocking(self._unpack, self._finished)
+            self.events.result(self.result)  # the node's, read back: what result.json holds
         else:
             self.result.status = "cancelled" if cancelled and self._lost is None else "failure"
             if self._lost is not None:
@@ -149,17 +163,17 @@ class PlacedTrial:
         await run_blocking(self._write_result)
 
     def _unpack(self, finished: Finished) -> TrialResult:
-        """The node's folder into this host's trial folder; its result.json (scrubbed on
-        the node) with the paths that named the node's folder naming this one."""
+        """The node's folder into this host's trial folder, and its result.json (scrubbed on
+        the node) read back with this host's folder as its `trial_dir` (the one field that
+        names a folder of the trial's; a message naming a file names it where it was)."""
         if finished.files:
             extract_stream([finished.files], self.trial_dir, file_cap=_FILE_CAP)
         written = self.trial_dir / "result.json"
         try:
-            text = written.read_text(encoding="utf-8")
+            result = TrialResult.model_validate_json(written.read_bytes())
         except OSError:  # the node could not write it: its in-memory result
-            text = finished.result.model_dump_json()
-        text = text.replace(finished.node_dir, str(self.trial_dir))
-        return TrialResult.model_validate_json(text)
+            result = finished.result
+        return result.model_copy(update={"trial_dir": str(self.trial_dir)})
 
     def _write_spec(self) -> None:
         """This host's trial.json, as a local trial writes its own (again after the node's
