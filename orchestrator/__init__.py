@@ -6,6 +6,14 @@ async with TrialEngine(n_concurrent=8) as engine: await engine.submit(RolloutReq
 
 Everything README.md and docs/python.md teach is importable from here; the subpackages are the
 layout (`docs/architecture.md`), not the interface.
+
+Each public name is imported from its module the first time it is used (PEP 562 `__getattr__`
+over the `_LAZY` table of name → module, `common/lazy.py`), so `import orchestrator` loads no
+Docker SDK, aiohttp, httpx, FastAPI or Ray until a name that needs them is touched. The names:
+`run_trial`, `run_job` and their `*_sync` forms, `TrialEngine`, `abort`, `prewarm`, the models
+(`TrialConfig`, `ModelConfig`, `ModelOverride`, `Sampling`, `ModelLimits`, `Usage`, ...), the
+errors and the engine's refusals (`RolloutFinished`, `RolloutTombstoned`, `TooManyLongPolls`,
+...).
 """
 
 from __future__ import annotations

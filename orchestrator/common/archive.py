@@ -3,6 +3,13 @@
 Uploads are small (inputs, tests, a solution) and are built in memory with root ownership.
 Downloads can be huge (an agent may print hundreds of megabytes into /logs), so they are read
 as a stream, member by member, and each file is cut at a cap: the host's memory stays flat.
+
+Up: `tar_of_files` and `tar_of_dir` are deterministic (names sorted, mtime 0;
+`tar_of_dir(readable=)` for code other users run).
+Down: `extract_stream` writes no link and nothing outside its folder, cuts each file at its cap
+and returns the files it cut; on a full host disk the file being written is removed, so the
+trial's result.json still fits. `read_files` gives a host folder as the entries a tar or a build
+context takes.
 """
 
 from __future__ import annotations

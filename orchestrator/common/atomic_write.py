@@ -4,6 +4,8 @@ The text goes to a temporary file beside the target (`.NAME.PID.tmp`), is flushe
 then replaces the target in one rename. A reader, a `--resume` or a report never sees half a
 file, a process killed while writing leaves the old file (or none), and a write that fails
 (a full disk) leaves no temporary behind.
+
+`write_atomic` (off the loop) and `write_atomic_sync` are the two entry points.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 only the standard library, so the CLI builds its parsers without loading pydantic or any of
 the library (`trialbox --help` stays fast). The module each belongs to imports it from here
 under the same name; change a value here, never a copy.
+
+Here: the model key's and the base-image map's variables, prewarm's parallel builds, the
+server's body, metadata, retention and connection bounds and its header and keep-alive timeouts,
+and the report's log cap, host and port.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ says what was lost, where, and what to do.
 A trial whose files the host could not keep is `infra`: the sample is discarded and run
 again, and the job goes on (issue 18 item 5). One helper, so a trial, its result.json and the
 job's own files say it in the same words.
+
+`host_storage_error` makes the `HostStorageError`; `disk_full` tells a full disk from other
+refusals.
 """
 
 from __future__ import annotations

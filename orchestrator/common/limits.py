@@ -4,6 +4,8 @@ A task's own limits (agent and verifier timeouts, cpus, memory) come from its ta
 these are the framework's: how long stopping an agent may take, how far a host-side wait
 outlives the in-sandbox timeout, how much of a log file comes back. One object, so a reader
 sees every bound at once and a test can tighten one without patching module constants.
+
+`Limits` is frozen and lives on `TrialConfig.limits`.
 """
 
 from __future__ import annotations

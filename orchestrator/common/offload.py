@@ -4,6 +4,8 @@ Reading a task folder, hashing a build context or building a tar blocks; done on
 would freeze every trial at once. This pool is for such short host work only: engine calls
 have their own pools in the Docker backend, so a burst of file work never waits behind an
 agent's long exec, nor the other way round.
+
+`run_blocking(fn, ...)` is the one way in.
 """
 
 from __future__ import annotations

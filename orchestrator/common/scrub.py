@@ -7,6 +7,9 @@ hex) and JSON string escaping (ASCII-only and not, with and without "\\/"). Out 
 value inside a larger encoded string, e.g. the base64 of `user:secret` in an HTTP Basic
 header, where the value's bytes straddle base64's 3-byte groups; and encodings not listed
 (hex, gzip, double encoding).
+
+`Scrubber` replaces every form of every secret with `[redacted]` (`encodings` lists the forms);
+`check_secret_lengths` refuses secrets too short to scrub safely when a config asks for it.
 """
 
 from __future__ import annotations

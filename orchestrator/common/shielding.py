@@ -2,6 +2,9 @@
 
 Teardown must run to its end (or its bound) whatever cancelled what; the cancellation is
 then passed on. Callers re-raise when this reports that a cancel arrived.
+
+`ride_out_cancels` awaits a task to its end, absorbing cancels meanwhile and saying whether one
+came; `RunOnce` runs a cleanup once however many callers ask, each waiting for the same end.
 """
 
 from __future__ import annotations

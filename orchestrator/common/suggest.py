@@ -1,4 +1,8 @@
-""" "Did you mean …?": the known name a mistyped one is closest to, for errors a user can fix."""
+""" "Did you mean …?": the known name a mistyped one is closest to, for errors a user can fix.
+
+`closest` and `did_you_mean` use difflib's ratio with `CUTOFF` 0.75, for agent names, job-file
+keys and task.toml keys alike.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Terminal escape sequences out of text a tool printed for a terminal (a build's colours, a
-progress bar's cursor moves), so messages and logs read as plain text."""
+progress bar's cursor moves), so messages and logs read as plain text.
+
+`plain` is the one function, used for a build's output in errors and `image-build.log`.
+"""
 
 from __future__ import annotations
 

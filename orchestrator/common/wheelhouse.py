@@ -4,6 +4,9 @@ Containers cannot reach a package index (nor verify TLS to one), so the host dow
 a static `uv` binary (shipped inside the musllinux `uv` wheel) and pydantic's wheels for every
 CPython an image might carry. The Docker backend's runtime layer installs from them offline;
 bundles build and install with the same `uv` on the host. Nothing here knows an engine.
+
+`ensure_wheelhouse` fetches them under `cache_dir()` (`TRIALBOX_CACHE_DIR`, else
+`~/.cache/trialbox`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ subpackage under `orchestrator/backends/` and one config class. Where a whole tr
 (here, or on a cluster's node) is not a backend's business but an executor's
 (`orchestrator/executors/`); the two halves a backend shares with a cluster's nodes, images
 (`ImageMaker`: prewarm) and leftovers (`Reaper`: reap, resume), are protocols of their own.
+
+The `Backend` ABC: `async capabilities()`, `plan_image` / `ensure_image` (`ImagePlan`,
+`ImageOutcome` with its `runtime` and `warnings`), `create_sandbox`, `find_leftovers` /
+`remove_leftovers` (`Leftover`, with its `node`, `jobs_dir` and `creator`) and `local_images`
+(`LocalImages`, None unless the backend can say).
 """
 
 from __future__ import annotations

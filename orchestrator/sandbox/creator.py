@@ -4,6 +4,9 @@ a sandbox whose maker is gone (SIGKILLed, crashed) from one a live process is st
 A process is its host, its pid and its start time: a pid alone may have been reused by an
 unrelated process since, and a pid says nothing on another host (or another container's pid
 namespace), so only sandboxes made on this host are ever judged.
+
+`Creator` (read with psutil) goes to labels and back; `is_gone` says a process ended or its pid
+is another's now (another host's is never gone).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ A bundle's dependencies are resolved on the host for the image's own CPython and
 the runtime venv already holds there. The backend that builds the image learns those facts
 (the Docker backend probes the image once); `bundles/` reads them through `ImageFacts`, so it
 imports no backend module.
+
+`ImagePython` is an image's CPython (`usable`: `MIN_PYTHON` or newer); `ImageFacts` adds its
+machine and the runtime venv's packages.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ It is small on purpose (exec, upload, download, destroy) and structurally includ
 relay's own `RelaySandbox`, so every backend's sandbox can be driven by the relay unchanged.
 Timeouts are enforced inside the sandbox (`timeout -k`), with a host-side backstop a little
 longer; `ExecResult.timed_out` is true only when the in-sandbox limit fired.
+
+Beyond those: `health` (the engine's account from outside, no exec: `Health`),
+`stop_all_from_host` and `pids_exhausted` (when no command can run inside), `image_defaults`
+(the image's USER and HEALTHCHECK: `ImageDefaults`, `Healthcheck`). `Capabilities` says
+what a backend offers, the host's cpus and memory included.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""What a sandbox is made of, whatever backend makes it: image, identity, the task's limits."""
+"""What a sandbox is made of, whatever backend makes it: image, identity, the task's limits.
+
+`SandboxSpec` holds the image, the trial's identity, its limits, `mounts` (`Mount`), the task's
+`env` and `workdir`, the `jobs_dir` and the `creator`; `sandbox_name` and the `trialbox.*`
+labels (`LABEL_TRIAL`, `LABEL_JOB`, `LABEL_OWNER`) are how a sandbox is found again.
+"""
 
 from __future__ import annotations
 

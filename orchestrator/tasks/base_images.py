@@ -4,6 +4,9 @@ anything is built.
 
 A FROM that names an earlier stage (`FROM build`) is no image; one with a build argument
 (`FROM $BASE`, `FROM python:${VERSION}`) is only known at build time, so it is kept apart.
+
+`from_images` reads the FROM lines and `base_images` both sources; `FROM_LINE` and
+`logical_lines` are shared with `backends/docker/dockerfile.py`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ Harbor's, kept exactly:
 Resolution happens when a trial starts, never at load time (a task is loaded on one host
 and may run later); `find_env_templates` lets a caller check up front what a task needs.
 Resolved values may be secrets: no message here ever contains one.
+
+`resolve_env_templates` resolves them; its errors name the field and the variable.
 """
 
 from __future__ import annotations

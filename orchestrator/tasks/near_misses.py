@@ -7,6 +7,9 @@ closeness) gets a warning naming the key it probably meant. Nothing is refused, 
 other unknown key stays silent, among them a known key with words added
 (`docker_image_archive`: another setting, not a typo). Free-form tables (`[metadata]`, the
 `env` tables, the refused `[verifier.environment]`) have no known keys and are not looked into.
+
+`load_task` logs each warning and keeps it in `Task.warnings`, which every trial's result
+carries.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ Where trialbox differs on purpose, the field says so (`AgentSection.timeout_sec`
 honours that trialbox cannot are modelled too, so that the loader can refuse them by name
 (`tasks/unsupported.py`) instead of dropping them. Keys neither knows are tolerated, as
 Harbor tolerates them.
+
+`TaskConfig` holds the sections (`[agent]`, `[verifier]`, `[environment]` with
+`[environment.healthcheck]`, `[solution]`, `[task]`); `effective_network_mode` says what network
+a task gets (no key: a network, as in Harbor).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Older Harbor tasks give sizes as strings; Harbor still reads them and maps them 
 `memory_mb` / `storage_mb`. The rule is Harbor's, kept exactly so a task means the same
 number of megabytes here as there: trim, upper-case, one suffix (G, M or K), a float before
 it, and `int()` truncation of the result (so "1.5G" is 1536 and "2047K" is 1).
+
+`parse_size_mb("8G")` is 8192.
 """
 
 from __future__ import annotations

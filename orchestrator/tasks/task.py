@@ -3,6 +3,11 @@
 A broken task must fail before any container starts, with an error that names the file and
 the field, so every check here runs on the host and touches nothing outside the folder. The
 models of `task.toml` live in `tasks/schema.py` and are re-exported here for importers.
+
+`load_task` lstat-checks each file and reads it without following links, checks the whole folder
+(`check_tree`), refuses unsupported Harbor features and keeps near-miss keys as `Task.warnings`;
+`Task.missing_env_vars` says which `${VAR}` the host lacks; `resolve_task_id` keeps a task id
+inside its dataset; `discover_tasks` finds a dataset's task folders.
 """
 
 from __future__ import annotations

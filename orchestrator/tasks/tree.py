@@ -2,6 +2,8 @@
 
 A symlink that leaves the folder, or a device, FIFO or socket inside it, would let a task
 reach the host; both the trial's copy and an image's build context go through `check_tree`.
+
+`checksum_tree` is the folder's content hash, a trial's `task_checksum`.
 """
 
 from __future__ import annotations
