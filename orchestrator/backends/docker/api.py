@@ -6,6 +6,10 @@ image build) use separate pools, so however many agents run, a signal or a remov
 waits for a free thread. Transient failures of idempotent calls are retried a bounded number
 of times; a 404 or 409 means something and is passed on at once; a command is never run
 twice. Engine errors leave this module as `SandboxError`s, so callers never parse messages.
+
+`call` retries, `call_once` never does (an exec, a build). Every engine stream
+(`archive_chunks`, `exec_output`) is closed when its `with` ends, however the reading stopped:
+an open one keeps the container busy and its removal blocks.
 """
 
 from __future__ import annotations

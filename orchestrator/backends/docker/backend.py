@@ -1,4 +1,9 @@
-"""The Docker backend: sandboxes are containers of the engine `DOCKER_HOST` points at."""
+"""The Docker backend: sandboxes are containers of the engine `DOCKER_HOST` points at.
+
+`DockerBackend` wires the pieces of this package together behind the `Backend` interface: images
+(`images.py`), sandboxes (`sandbox.py`), the engine's capabilities (`capabilities.py`),
+leftovers (`leftovers.py`) and the images it holds (`local_images.py`).
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,10 @@ whose fault a failure is.
 Apart from the builder (`images.py`), which decides what to build and keeps builds
 single-flight, so that its prebuilt and venv-extra paths (`prebuilt.py`, `venv_extra.py`) can
 make plans and check images without importing it.
+
+`BuildPlan` is the plan. A failing RUN step is the task's (`TaskBuildError`, `validation`, with
+the whole log) unless its output says it could not reach the internet (`offline_build`, with the
+words of `common/offline.py`: `infra`); the engine failing the build is `infra` too.
 """
 
 from __future__ import annotations

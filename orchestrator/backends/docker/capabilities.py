@@ -4,6 +4,8 @@ The cpus and memory come from the engine's `info`, an engine call: read off the 
 backend (they do not change while it runs), by one caller while the others wait. A read that
 fails (no engine yet, an engine error) is not remembered: that trial gets "unknown" (nothing is
 refused for it, and its sandbox's create says what is wrong) and the next one asks again.
+
+`EngineCapabilities` holds that one read per `DockerBackend`, under a lock.
 """
 
 from __future__ import annotations

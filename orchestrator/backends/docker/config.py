@@ -1,5 +1,8 @@
 """How a trial config chooses the Docker backend. Importing this does not import `docker`, nor
-does `import orchestrator` (tests/test_lazy_imports.py holds both); `build()` does."""
+does `import orchestrator` (tests/test_lazy_imports.py holds both); `build()` does.
+
+`DockerBackendConfig` is `type="docker"`, the default of `TrialConfig.backend`.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 
 Pure text in, text out: the same Dockerfile, tools image and mapping always give the same
 bytes, so identical tasks hash to one tag and share one build.
+
+`runtime_block` is the general runtime layer (the venv built in the image from the tools image);
+`map_base_images` swaps FROM images by the base-image map; `patch_dockerfile` does both.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ builder probed (`runtime="present"`), nothing at all for a base with no usable p
 Apart: one build, its plan and its tag (`build.py`); the tools image (`tools_image.py`); a
 task's prebuilt `docker_image` (`prebuilt.py`); a bundle's dependencies, an image on top of the
 task's (`venv_extra.py`).
+
+`ImageBuilder` is the builder; its `ImageOutcome.runtime` says which of the three a task got.
 """
 
 from __future__ import annotations

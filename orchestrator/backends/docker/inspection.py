@@ -4,6 +4,9 @@ its processes without running anything inside it.
 Both work when nothing can run inside the container (every pid taken, the memory full):
 the engine's event log says whether the container ran out of memory, died on its own or was
 killed by someone through the engine; the host's /proc reaches its processes directly.
+
+`health_blocking` reads the state, the engine's events and the pid count;
+`stop_all_from_host_blocking` sends SIGKILL through the host's `/proc`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 An image counts as held when the engine can inspect it by that reference (a repository:tag,
 a bare repository meaning :latest, an id or a digest), exactly what a build's FROM would use
 without pulling.
+
+`local_images` answers `Backend.local_images`: the references the engine lacks, and every
+repository:tag it holds (for a suggestion).
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ fallback for a remote engine or a driver without such a folder. It is far slower
 fuse-overlayfs with 50,000 files the walk took 0.23 s, `SizeRw` 4 to 9 s. The interval adapts:
 never less than four times what a measurement took, and shorter as a fast writer nears the
 limit, so what it writes between two looks stays small.
+
+`create_sized` creates a container with the size option where it is taken; `DiskWatch` is the
+watcher.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ files, so trials whose packages are the same share it and a change of the agent'
 
 The builder knows such a task by a protocol, `CarriesVenvExtra`, not by its class: bundles sit
 above backends, so a backend cannot import `BundleTask` (`orchestrator/bundles/task.py`).
+
+`VenvExtra` says which packages (a protocol too); `with_venv_extra` builds the image.
 """
 
 from __future__ import annotations

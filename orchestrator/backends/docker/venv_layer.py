@@ -7,6 +7,10 @@ version are learnt once on the host (`probe`), the matching site-packages are in
 the host by `uv pip install --target` for that version (cached), and the venv reaches the
 image as build-context files: `pyvenv.cfg`, `bin/python` (a symlink to the image's own
 interpreter) and `lib/pythonX.Y/site-packages`. No network, no RUN, about 8 MB.
+
+The probe's answer is remembered on disk per image id; `runtime_site` is the host folder for a
+CPython, `venv_files` and `copy_block` the context and the COPY. `DockerImageFacts` are the
+`ImageFacts` a bundle's dependencies are resolved with.
 """
 
 from __future__ import annotations

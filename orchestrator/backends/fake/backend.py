@@ -6,6 +6,9 @@ demand are one flag away. It keeps the Docker backend's contract where trialbox 
 it: single-flight "builds" ("built" once, "cached" after), one sandbox name per trial, a
 refused network mode, and leftovers found and removed by owner and job. Unlike Docker's
 labels, which any process can list, a fake backend only knows the sandboxes it made itself.
+
+`FakeBackend` is the package's backend, exported with `FakeSandbox` and the scripting names on
+first use (`backends/fake/__init__.py`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""How a trial config chooses the fake backend (tests, and trying trialbox without an engine)."""
+"""How a trial config chooses the fake backend (tests, and trying trialbox without an engine).
+
+`FakeBackendConfig` is `type="fake"`; its `build()` imports the rest.
+"""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ probe (which reads /proc). The sandbox emulates both from what is parsed here. T
 run line is recognised too (so a test can script the verifier instead of writing test.sh; the
 reward snapshot it prints is emulated), and its prepare exec (leftovers stopped, folders put
 back, `/logs/verifier` and `/tests` emptied), which uses more shell than the vocabulary.
-Everything else trialbox sends (`kill`, `kill -0 -PID; echo rc=$?`, `id -u; id -g`, the
+Everything else trialbox sends (`kill`, `kill -0 -PID; echo rc=$?`, `id -u; id -g`)
 is plain vocabulary. Parsing follows `relay.launcher` closely; a change
 there that this misses makes the fake fail loudly, never pass silently.
 """

@@ -6,6 +6,9 @@ credentials and redirected output to /logs/agent), `verifier` in place of tests/
 (after its output went to /logs/verifier/test-stdout.txt). It may write files
 (`sandbox.files`), run vocabulary (`await call.sh(...)`), print, sleep, wait on an event, and
 returns an exit code (None is 0). Faults are what a real engine cannot produce on demand.
+
+`Scripts` holds a test's `agent` and `verifier` handlers (each called with an `ExecCall`);
+`Faults` the faults.
 """
 
 from __future__ import annotations
