@@ -10,6 +10,8 @@ left out of the result, which is exactly what a bundle adds to the venv's site-p
 Results are kept under the cache by the requirements, the CPython, the platform and those
 pins: the same dependency set is resolved once per host, and gives the same files (and so
 the same image tag) every time.
+
+`dependency_site` returns that folder for a set of requirements.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ the function that runs each (so the agent never imports the grader's code, and a
 error is the runner's to report, in container_result.json). Nothing is looked up by string
 at run time. The wheel the project's own build backend made is otherwise left as it is; only
 the module, `entry_points.txt` and `RECORD` change.
+
+The scripts are `<package>-agent` and `<package>-grade` (`script_names`); `add_entry` adds them
+and the module to a wheel.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The errors of bundles: a bundle that cannot be built or run is `validation` (it says nothing
-about the agent's work, and retrying cannot help), an index the host cannot reach is `infra`."""
+about the agent's work, and retrying cannot help), an index the host cannot reach is `infra`.
+
+`BundleError` and `DependencyError` are `AgentSpecError`s; `DependencyDownloadError` is the
+`infra` one.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ it); the Docker backend builds one more image FROM it with these files in its ve
 site-packages (`backends/docker/venv_extra.py`). Besides the dependencies, the files hold a
 `.pth` line that puts the folder each trial uploads the bundle's own code into on the venv's
 path, so the code installs without a step in the image and without PYTHONPATH.
+
+`BundleDependencies` is that set of files (a `VenvExtra`); the image made from it is tagged by
+the task image's tag and these files.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The Docker backend's image builder knows such a task by its `venv_extra` (the protocol
 `CarriesVenvExtra`, in `backends/docker/venv_extra.py`, since a backend cannot import this
 class) and adds those packages in an image of their own, FROM the task's (docs/bundles.md).
+
+`BundleTask` is a `Task` with a `venv_extra` (`BundleDependencies`).
 """
 
 from __future__ import annotations

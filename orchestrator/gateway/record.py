@@ -4,6 +4,8 @@ One `Exchange` per request the sandbox sent. For chat completions the `response`
 `chat.completion` object, also when the answer was streamed (the chunks are assembled), so
 readers never parse SSE. Token ids and logprobs stay where the upstream put them (vLLM's
 `prompt_token_ids` at the top, `choices[i].token_ids` and `choices[i].logprobs`).
+
+`GatewayRecord` (with `Usage`, the totals) is the file `<trial>/logs/agent/gateway.json`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ it as a pass-through (`ModelConfig.extra_sampling_keys`): a misspelt `top_kk` wo
 reach the upstream, which ignores what it does not know, and the run would sample with the
 server's default while its config says otherwise. Whatever the key, its value must be strict
 JSON (no NaN, no Infinity), which is all a request can carry.
+
+`Sampling` is the checked set; `check_sampling_keys` refuses an unknown key with a did-you-mean
+unless it is a pass-through; `agent_sampling_problem` holds the agent's own values to the same
+ranges (a 400). docs/sampling.md is the user's page.
 """
 
 from __future__ import annotations

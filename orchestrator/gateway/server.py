@@ -9,6 +9,8 @@ through as they arrive and assembled on the side. Every exchange is recorded in 
 The upstream client is aiohttp's rather than httpx: the gateway sits on every model call of
 every agent, and aiohttp's client adds a fraction of httpx's per-request overhead
 (`benchmarks/gateway_overhead.py`).
+
+`Gateway` is the server; streams are assembled by `stream.ChunkAssembler`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 The upstream is any OpenAI-compatible server: a trainer's vLLM or SGLang (often behind a
 router) or a hosted API. Its key stays on the host: the gateway adds it to each forwarded
 request, and the sandbox only ever holds a per-trial token that is worthless elsewhere.
+
+`ModelConfig` holds the upstream URL, the key's variable (the key is read from the host's
+environment), `sampling` and `extra_sampling_keys`, `limits` (`ModelLimits`), `max_turns` and
+whether to ask for token ids; a rollout's `ModelOverride` is merged over it, its sampling keys
+checked by `check_override`.
 """
 
 from __future__ import annotations

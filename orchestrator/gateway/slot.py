@@ -4,6 +4,8 @@ The slot is reached only through its own unix socket, which only that trial's sa
 mounted, and only with its own random token: one trial can never read or write another's
 record. Limits are checked before a request goes upstream; the first one reached is kept in
 the record, so the result can say what stopped the agent.
+
+`Slot` holds the socket's folder, the token, the agent's clock, the limits and the record.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The gateway passes each SSE line to the sandbox as it arrives and, on the side, 
 chunks into one answer: content and reasoning concatenated, tool-call deltas merged by
 `index`, usage from the usage chunk, and vLLM's token data (`prompt_token_ids`, per-chunk
 `token_ids` and logprobs) appended in order, so the record reads like a non-streamed answer.
+
+`ChunkAssembler` does the folding, one per streamed answer.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ reach the upstream as bare `NaN` (which strict servers refuse, so the agent sees
 upstream's error for a body the gateway let through) or, re-encoded elsewhere, as null (the
 server's default, silently). The check costs nothing on ordinary bodies: the walk that finds
 the field runs only when the parser has seen such a number.
+
+`loads_strict` is the reader; `NonFiniteNumber` names the field.
 """
 
 from __future__ import annotations

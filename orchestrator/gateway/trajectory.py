@@ -15,6 +15,8 @@ so a copy the agent shortened is not taken for a new one). The agent step then s
 the context diverged (``extra.gateway.context_diverged_at``). Messages are compared on role,
 text, tool calls and tool-call id, so an agent that echoes an answer without its reasoning,
 or with ``""`` for a ``null`` content, still continues the conversation.
+
+`trajectory_from_record` turns a `GatewayRecord` into that trajectory.
 """
 
 from __future__ import annotations

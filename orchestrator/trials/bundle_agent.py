@@ -6,6 +6,8 @@ adds them to the runtime venv in an image FROM the task's, shared by every bundl
 same dependencies); each trial uploads only the bundle's own code, installed on the host with
 `--no-deps`, and runs its `<package>-agent` script under the relay. When the task has no
 tests/, the bundle's grader is its verifier, through a generated tests/test.sh.
+
+`BundleAgent` is the agent; `for_task` is `Agent.for_task` overridden.
 """
 
 from __future__ import annotations
