@@ -5,6 +5,10 @@ An agent is what to put into the sandbox before it starts (`prepare`), the shell
 that is its process (`command`), and, for agents that report on their own work, what went
 wrong as read from the logs collected afterwards (`problem`). How the process is supervised
 and bounded, and what a problem means for the trial's outcome, is the trial's business.
+
+`parse_agent` reads an agent spec. An agent also says which of the task's env it gets
+(`task_env`: `[solution.env]` for the oracle) and whether it needs a model (`needs_model`) or
+the Python runtime (`needs_runtime`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ short.
 Each file past the cap is cut and named in a warning; a reward file cut so is no reward. A
 copy that outlives its bound (a timeout) goes on in its thread: `settle` waits for it
 (bounded) and scrubs again, so no secret stays in a file written after the first scrub.
+
+`LogCollector` is the step: `collect` returns the files cut, `settle` waits for a copy cut
+short, `check_rewards_whole` refuses a cut reward file.
 """
 
 from __future__ import annotations

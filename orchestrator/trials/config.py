@@ -1,4 +1,10 @@
-"""How trials are run, as opposed to what they run: where, paths, identity, mappings, limits."""
+"""How trials are run, as opposed to what they run: where, paths, identity, mappings, limits.
+
+`TrialConfig` holds the jobs folder, the owner label, the base-image map, the credentials and
+`refuse_short_secrets`, the `model`, the `backend` (a `BackendConfig`), the `limits`, and the
+switches `trialbox run` and `serve` share (`no_internet`, `force_build`, `clip_resources`,
+`stop_leftovers`, `keep_containers`).
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,10 @@ For an RL trainer the category is the data: `infra` is discarded and retried, `a
 So a sandbox that broke is judged from outside (the engine's events and state, no exec):
 the agent exhausting its sandbox (memory, every pid) is the agent's doing and counts; the
 sandbox killed or removed through the engine, or an engine that does not answer, is infra.
+
+`classify` gives a failure's category from the sandbox's `Health`; `after_agent` reads the
+sandbox once the agent ended (still there? an OOM kill as a warning); `free_pids` frees pids
+from the host; `explained` tells a setup that failed for the agent's doing from the engine's.
 """
 
 from __future__ import annotations

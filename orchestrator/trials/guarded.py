@@ -4,6 +4,9 @@ engine's account of it is read and its /logs are saved.
 An infra-ended agent would otherwise leave nothing to look at, and its category could not be
 judged any more once the sandbox is gone. Both steps need no exec inside (an archive copy and
 the engine's events), so they work in a sandbox that can no longer run a command.
+
+`GuardedSandbox` wraps the trial's sandbox; on a host abort (the trial cancelled) it saves
+nothing and the sandbox goes at once.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ The source folder is only read. A symlink that leaves the task folder, or a spec
 is refused: copying it would let a task reach outside itself on the host. The ground-truth
 label goes only into the trial's copy of `tests/`, which reaches the container at
 verification time, after the agent is done.
+
+`materialize` copies the task and stages `ContainerInput` (a rollout's `prompt` replaces the
+instruction); `skeleton_tar` is the sandbox's `/logs` before the agent; `claim_folder` makes the
+trial's own folder, never shared (a taken id gets `.2`, `.3`, ...).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ called the model, `agent/trajectory.json` in ATIF (with token ids when the upstr
 Before the verifier, an agent that saved no conversation of its own gets the recorded one as
 its `/logs/agent/trajectory.json` in the sandbox, so a grader scores what the model was told
 and answered even when the workflow returned nothing.
+
+`ModelLink` does each step: opens the slot, gives the mount, starts the forwarder, gives the
+agent's env, hands the record over to the verifier (`hand_over`) and keeps it (`keep`).
 """
 
 from __future__ import annotations

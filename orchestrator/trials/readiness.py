@@ -4,6 +4,8 @@ one its image declares, with Docker's HEALTHCHECK meaning (as Harbor runs it).
 Bounded by its own numbers: the start period, then at most `retries` failed runs, each cut
 at `timeout_sec`. A check that runs and keeps failing is the task's (`validation`: the agent
 never ran, no sample); one that keeps timing out may be a loaded host (`infra`: retry).
+
+`wait_ready` is the step.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ phase's time, the phase the trial reached, and the first error with its phase an
 The first error is the cause; later ones are its consequences, so `record_error` keeps only
 the first. The category rules that may replace it once the steps ran (a model outage, the
 verifier's lost network, the agent's own report) are `verdict.py`'s, through `supersede`.
+
+`Phases` times each phase and keeps `reached`, moved only by entering a phase (a step timed
+inside one, with `timed`, leaves it); `record_error` scrubs the error, and a full disk becomes a
+`HostStorageError` naming the step.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""What a trial and a job report: the `result.json` on disk is exactly these models."""
+"""What a trial and a job report: the `result.json` on disk is exactly these models.
+
+`TrialResult` (with `AgentOutcome`, `TrialError`, `Timings`, `NodeInfo`) is `result.json`;
+`JobResult` is `job.json`. `initial_result` is the starting result `Trial` and the placed
+executor share: the ids checked, the trial's folder, status `running`.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ half written (`common/atomic_write.py`), and a host that refuses it (a full disk
 trial infra rather than losing it silently: the outcome it had becomes a warning, the trial's
 collected logs go to make room, and the file is written again. A result that still cannot be
 written reaches only the trial's caller (job.json, the run's output, the server's status).
+
+`write_result` is the step; `write_whole` the write.
 """
 
 from __future__ import annotations

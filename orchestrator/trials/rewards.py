@@ -5,6 +5,9 @@ message names the file and the reason, so a task author can fix the verifier at 
 reward scored is the snapshot the verifier's own exec printed the moment tests/test.sh exited
 (`RewardSnapshot`): a process left behind cannot change it, and a collected copy that differs
 from it is a warning naming the file and both digests.
+
+`read_rewards` reads a collected copy; `parse_snapshot` the snapshot; `changed_after` compares
+them.
 """
 
 from __future__ import annotations

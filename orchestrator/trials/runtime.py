@@ -4,6 +4,8 @@ Only workflow and shell agents, graders and the model gateway's in-sandbox forwa
 it; oracle, nop and command agents and shell verifiers need only `sh`. An image without a
 usable python3 gets no runtime layer, so using something that needs it there is refused
 before the agent starts, as the task's (`validation`), saying exactly that.
+
+`check_runtime` checks it in the sandbox; `RuntimeMissingError` is the refusal.
 """
 
 from __future__ import annotations

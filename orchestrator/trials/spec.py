@@ -6,6 +6,11 @@ from here and from `result.json`, never from the spelling of its id: a trial kil
 wrote a result is still known by what it was running, and a rerun says which trial it reruns
 (`retry_of`). The label is never written here (only whether there is one), nor any secret:
 credentials are listed by name.
+
+`TrialSpec` holds the ids, the task's name, folder and digest, the agent, the attempt,
+`retry_of`, the metadata the agent sees and `has_label`, the prompt, the model's name and the
+credentials' names; `spec_of` makes it, `write_spec` writes it scrubbed, `read_spec` reads it
+back (None for a folder an older trialbox wrote).
 """
 
 from __future__ import annotations

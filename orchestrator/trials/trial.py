@@ -13,6 +13,9 @@ the fake backend, or anywhere else.
 The finishing work is done by collaborators with explicit inputs: `LogCollector` (`collect.py`)
 brings `/logs` back, `verdict.py` scores and applies the category rules, `result_file.py`
 writes the result, and `record.py` keeps the timings and the first error.
+
+`Trial` is the class (`run()`; each step through `_guarded`, the finish shielded and awaited);
+`run_trial` is the public function.
 """
 
 from __future__ import annotations

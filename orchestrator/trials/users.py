@@ -4,6 +4,8 @@ the sandbox before the agent starts, while it is still as the image made it.
 A user the image does not have is the task's fault (`validation`, no sample); asked only
 later, after the agent, it would look like an agent that broke its sandbox, or an engine
 that failed the exec.
+
+`user_ids` checks them (and resolves the verifier's uid and gid), a missing one a `TaskError`.
 """
 
 from __future__ import annotations

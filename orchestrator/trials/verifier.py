@@ -7,6 +7,11 @@ from the task's `environment.workdir`, else the image's WORKDIR. Run as root, an
 leftover processes running as another user can neither read the label nor write a reward.
 Run as another user, /tests and /logs/verifier become that user's, so a leftover process of
 the agent's running as that same user could: docs/harbor.md says so.
+
+`prepare_verifier` is the one root exec that puts the framework's paths back (`prepare_script`;
+run again once `free_pids` freed the pids when every one was taken); `run_verifier` runs
+test.sh with the reward files printed right after it (`run_line`), and `verify` is that run
+judged from outside when the sandbox fails it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ own output says it could not reach the network, the sandbox's network decides:
 - the sandbox had a network: the score stands with a warning. trialbox cannot tell a host
   without internet from an agent that broke its sandbox's name resolution (root may rewrite
   /etc/resolv.conf), and an agent must never turn its zero into a discarded sample.
+
+`judge_verifier_network` gives the `NetworkVerdict`.
 """
 
 from __future__ import annotations
