@@ -1,6 +1,9 @@
 """Trials in this process: `trials.trial.Trial` on a `Backend` (Docker, the fake), every
 trial of the executor sharing one model gateway, made when first needed and closed by
-`aclose` (the engine's shutdown)."""
+`aclose` (the engine's shutdown).
+
+`LocalExecutor` is the class; its `images` and `leftovers` are the backend itself.
+"""
 
 from __future__ import annotations
 

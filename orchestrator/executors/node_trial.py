@@ -8,6 +8,8 @@ given to the trial (the node's environment is never changed). The trial writes i
 scratch folder; its whole folder goes back as one tar with the last event, also when it was
 cancelled, and the scratch folder is removed. The result names no folder of the node's:
 its `trial_dir` is the driver's to set, where the folder lands.
+
+`TrialWork` is that work.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ of `run` reaches the trial on its node through the `Placement`, whose relay does
 abort there) and settling are the same. What differs is where the files come from: the node
 sends the trial's whole folder back, and the result records the node and engine. A node that
 died mid-trial leaves a result saying so, with category `infra`.
+
+`PlacedExecutor` is the executor: this host's trial folder, trial.json and result.json, the
+node's events, a lost node as `infra`.
 """
 
 from __future__ import annotations

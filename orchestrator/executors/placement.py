@@ -6,6 +6,9 @@ engine. A `Placement` runs a whole unit of work (a trial) on a node with room fo
 that work the node's own backend and a copy of the task there, and brings back what the work
 emits. `PlacedExecutor` (`placed.py`) runs its trials through one; `ray/placement.py` is
 Ray's, and the tests have one that runs each work in this process.
+
+`Placement` is the interface; `PlacedWork` the work it carries (it pickles), `Resources` what
+the work holds on its node (its sandbox's cpus and memory).
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 A trainer acts on these numbers, so a sample that says nothing about the agent (cancelled,
 an infra failure, a task that could not be used) never enters them as a scored zero.
+
+`is_infra`, `task_unusable` and `counted` say which samples count; `pass_at_k` the estimate;
+`tally` gives the figures of a set of results and `summarize` a job's `JobResult`. This is the
+one place they are computed: the report tallies with the same function.
 """
 
 from __future__ import annotations

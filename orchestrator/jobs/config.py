@@ -1,7 +1,10 @@
 """`config.json`: everything a job was asked to do, written when it starts, so that a crash
 leaves enough to resume it. Secrets never reach it: credentials appear by name only, the
 model's key not at all (only the variable it came from), and any value of either that hid
-elsewhere is scrubbed from the text as written."""
+elsewhere is scrubbed from the text as written.
+
+`JobConfigFile` is the file's model.
+"""
 
 from __future__ import annotations
 

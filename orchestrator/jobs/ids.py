@@ -1,6 +1,9 @@
 """Job ids a person can read: when the job started, then a random part so that two jobs
 started in the same second get different folders (and `claim_job_dir` refuses a folder that
-exists, so a collision could never mix two jobs)."""
+exists, so a collision could never mix two jobs).
+
+`default_job_id` is such an id; `fresh_job_id` one whose folder does not exist yet.
+"""
 
 from __future__ import annotations
 

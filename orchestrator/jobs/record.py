@@ -6,6 +6,8 @@ a resume runs its (task, attempt) again under a new trial id (`<id>.retry1`, ...
 is kept; `trials` and the aggregates hold only the last of each chain, and `superseded_by`
 says which replaced which. Readers of the
 old shape see exactly what they saw before: one result per (task, attempt).
+
+`JobRecord` is the file's model, `record_of` makes it; a `Chain` is one (task, attempt)'s tries.
 """
 
 from __future__ import annotations

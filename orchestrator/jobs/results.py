@@ -4,6 +4,11 @@ A (task, attempt) whose last result is a sample (scored, or a failure of the age
 verifier or the task) is kept untouched. One whose last result ended in `infra` or was
 cancelled runs again (the sample said nothing about the agent), and so does one with no
 result at all: its trial was in flight when the job died.
+
+`read_results` reads every trial's result.json back (a result an older trialbox wrote, without
+trial.json, has its `.retryN` read once here); `chains_of` links them by `retry_of`;
+`match_chains` pairs the chains with the job's (task, attempt) pairs; `needs_rerun` says what
+`--resume` runs again.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ at the start and its `job.json` rewritten after every finished trial.
 Every write goes to a temporary file that replaces the old one (`os.replace`), so a reader,
 or a crash, sees the previous version or the next one, never half of one; a SIGKILL loses at
 most the trials in flight, whose folders `--resume` then runs again.
+
+`claim_job_dir` and `lock_job_dir` claim and lock the folder; `JobStore` keeps `job.json`
+current (a write the host refuses is logged and kept in `write_errors`, and the job goes on);
+`mark_superseded` and `record_unrun` write into a trial's result.json.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ this order, when its id is live, tombstoned or finished within retention, when t
 closing, when its scope was aborted lately, or when the waiting line is full. A full line
 answers with a retry-after from the mean trial time, so a trainer backs off instead of work
 silently piling up.
+
+`Admission.check` is the rule, reading the `RolloutBook`; `retry_after` the answer.
 """
 
 from __future__ import annotations

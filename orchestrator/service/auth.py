@@ -1,7 +1,11 @@
 """Cancel authorization: the admin token and the tenants' tokens, who a caller is, and the
 prefix a tenant's cancel is held within (the rules are in `server`'s module docstring).
 
-Refusals are HTTP errors (401, 403) raised from here, answered by the app as any other."""
+Refusals are HTTP errors (401, 403) raised from here, answered by the app as any other.
+
+`Tokens` holds the tokens (compared in constant time over SHA-256 digests); `scope_of` is the
+prefix a caller's cancel is held within.
+"""
 
 from __future__ import annotations
 

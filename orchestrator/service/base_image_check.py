@@ -6,6 +6,9 @@ does not hold is pulled (and fails), and a FROM no task names leaves the tasks' 
 unmapped (pulled, and fails). Both are refused up front naming the mapping and the closest
 local image or FROM line. A FROM with a build argument (`FROM $BASE`) may name anything, so
 while a task has one, a mapping no literal FROM uses is only warned about.
+
+`check_base_image_map` is the check; a refusal is a `BaseImageMapError` (a `ValueError`).
+`run_job` refuses a LOCAL the engine lacks (`Backend.local_images`) and warns of an unused FROM.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Delivery is best effort: bounded retries with backoff, failures logged, never a 
 a result. The payload is serialised once, so a redelivery carries the very same bytes (with
 the same `delivery_id`), and a receiver can drop duplicates. Each delivery is a task of its
 own in an `Outbox`, so a slow receiver never holds up the rollout that triggered it.
+
+Delivered with httpx, retried with tenacity; `deliver` sends one, `Outbox` holds those under
+way.
 """
 
 from __future__ import annotations

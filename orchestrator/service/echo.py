@@ -6,6 +6,8 @@ mistake, but a body is up to 1 MiB: echoing it whole made a 100 KB field a 100 K
 its JSON (with `input_note` saying it was cut, and from how long), each location part (a key
 of the request's own) likewise, each message to `MSG_CHARS`, and at most `MAX_ECHOED_ERRORS`
 errors are listed (`errors_note` says how many there were).
+
+`validation_errors` builds a 422's errors, `shown` cuts one value.
 """
 
 from __future__ import annotations

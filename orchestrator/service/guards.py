@@ -1,7 +1,10 @@
 """The server's request guards: the body-size limit (an ASGI middleware), the size of a
 rollout's metadata as JSON, and where a rollout may send the host's model key.
 
-`server.create_app` installs and applies them; they hold no engine and no route."""
+`server.create_app` installs and applies them; they hold no engine and no route.
+
+`BodyLimit` is the middleware, `json_size` the metadata's size, `url_under` where a key may go.
+"""
 
 from __future__ import annotations
 

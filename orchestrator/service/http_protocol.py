@@ -19,6 +19,8 @@ its descriptor for ever, and `limit_concurrency` answers a bare 503 without Retr
   with Retry-After and closed once their head is read (still within the header time), and
   past twice the limit a new connection is closed at once, so a flood cannot take the
   process's descriptors (`ulimit -n`) whatever it sends.
+
+`serve_app` runs uvicorn with it.
 """
 
 from __future__ import annotations

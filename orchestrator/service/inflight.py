@@ -6,7 +6,8 @@ wrote none). `result_without_trial` is that result, so `wait`, the status and th
 see an ending in every case.
 
 Its trial, once it holds a slot, runs through the engine's executor (here, or on a cluster's
-node); `live` is that trial's result as it goes, which is all the engine reads of it.
+node); `live` (set from `TrialEvents.result`) is that trial's result as it goes, which is all
+the engine reads of it. `InFlight` is the class.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 It runs on the same `TrialEngine` as the server, so the CLI and the server behave alike. A
 long job survives its process: the job's folder gets its `config.json` before any trial and
-a `job.json` after every trial (`job_store`), a trial that ends in `infra` is retried
+a `job.json` after every trial (`jobs.store`), a trial that ends in `infra` is retried
 (`retries`), and `resume_job` runs only what a dead job left undone (`jobs.results`).
+
+`run_job` and `resume_job` are the two entry points (docs/jobs.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """What a rollout runs: its task folder (by id in dataset mode, by path, or the engine's
-default) and its agent, each loaded once and kept for the engine's life."""
+default) and its agent, each loaded once and kept for the engine's life.
+
+`Loader` is the class: `load` gives a request's task and agent, `task_path` its task's folder.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ cancelled through the engine's ordinary cancel, which reaches a running trial as
 through the relay, and its status document's `error` says why (a local trial's result.json
 carries it as a warning). It is judged once: a rollout already past its phases (`finishing`)
 ends with its own outcome. Off unless a timeout is given.
+
+`OrphanWatch` keeps, for each live rollout, when its id was last asked about, and cancels it.
 """
 
 from __future__ import annotations

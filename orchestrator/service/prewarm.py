@@ -3,7 +3,11 @@ do not pay for builds. Failures do not stop the others; they are reported togeth
 
 Given an agent, the images are those its trials use: each task as `Agent.for_task` makes it,
 the step a trial starts with (a bundle's task carries the bundle's dependencies, and its image
-is the task's with them in the venv)."""
+is the task's with them in the venv).
+
+`prewarm` builds each distinct image once; each `PrewarmRow` says how an image went
+(`task_lines`: a line per task, which `serve --prewarm` logs); `PrewarmError` lists every row.
+"""
 
 from __future__ import annotations
 

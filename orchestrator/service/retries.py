@@ -3,6 +3,9 @@ engine failed, the sandbox was killed from outside), so it is discarded and reru
 
 Never an `agent`, `verifier` or `validation` failure: those are the agent's or the task's
 doing, and a rerun would only fish for a better score.
+
+`Backoff` is the wait between tries; `with_retries` the tenacity loop, for a job's trials and a
+served rollout's (`max_retries`).
 """
 
 from __future__ import annotations

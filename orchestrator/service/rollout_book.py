@@ -6,6 +6,9 @@ retention, the tombstones (ids cancelled before their submit, scopes an abort re
 disposition each live rollout's first cancel was given, and whether the engine is closing.
 The engine writes it (submit, settle, shutdown); the rest only reads it, cancel aside, which
 records its answers and tombstones.
+
+`RolloutBook` is the class: `status(id)` reads a rollout as the engine knows it, `settle` moves
+it from live to settled.
 """
 
 from __future__ import annotations

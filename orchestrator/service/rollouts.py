@@ -1,5 +1,10 @@
 """The contracts of the rollout service: requests, status documents, cancel dispositions,
-the refusals of `TrialEngine.submit`, and the server's size and wait bounds."""
+the refusals of `TrialEngine.submit`, and the server's size and wait bounds.
+
+`RolloutRequest`, `RolloutStatus` and `CancelRequest` are the documents; `QueueFull`,
+`EngineClosed`, `DuplicateRollout`, `RolloutFinished`, `RolloutTombstoned` and
+`TooManyLongPolls` the refusals. The body and metadata bounds come from `common/defaults.py`.
+"""
 
 from __future__ import annotations
 

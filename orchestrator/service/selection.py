@@ -3,6 +3,8 @@
 Kept apart from the engine because the rules are the server's authorization promise: a
 tenant's cancel (`within` its prefix) must never reach another tenant's rollouts, nor
 tombstone their ids. Here they are plain data in, plain lists out.
+
+`select` applies a `Selection`.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ The promises:
     PREFIX (else 403); a `session_id`, which cancels only that session's rollouts within its
     PREFIX; never `all` (403).
   Submit and status need no token.
+
+`create_app` builds the FastAPI app.
 """
 
 from __future__ import annotations

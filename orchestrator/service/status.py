@@ -3,6 +3,8 @@
 A rollout reads `queued`, `running` or `grading` while live, its outcome once settled, and
 `cancelled` while tombstoned. Status, long polls and tombstones all build the same document
 here, so what `GET /rollouts/{id}` answers cannot drift between them.
+
+`live_status`, `settled_status` and `cancelled_status` build the three.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ wants. So a cancelled id that is not live is kept for the retention window, and 
 scope for `abort_tombstone_sec`; a submit that meets either is refused (`RolloutTombstoned`)
 and its id reads `cancelled`. Both are bounded in count, the oldest going first, so a client
 cancelling made-up ids cannot grow the server's memory without end.
+
+`Tombstones` keeps both, in two `TtlCache`s.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The executor is picked once, from the engine's config (`executors.base.executor_
 in this process on the engine's backend, or placed whole on a cluster's nodes. This module
 turns a rollout holding a slot into the executor's `TrialRun` and refuses, at submit, a model
 override the engine cannot honour; nothing here knows where the trial runs.
+
+`TrialMaker` is the class: `run` runs a rollout's trial, `check_model` is the refusal at submit.
 """
 
 from __future__ import annotations

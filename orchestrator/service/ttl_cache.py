@@ -4,6 +4,8 @@ behind a lock, on the engine's injectable clock (tests step it), pruned as it is
 Two differences from a plain `TTLCache`, both kept from the maps it replaced: a read does not
 count as a use (past `max_items` the value set longest ago goes, however often it is read), and
 the lock makes every call safe from any thread (`abort` buries scopes from the trainer's).
+
+`TtlCache` is the class (`set`, `get`, `keys`).
 """
 
 from __future__ import annotations

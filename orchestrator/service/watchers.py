@@ -6,6 +6,8 @@ parks a future under its rollout id, and the engine calls `notify` on every tran
 (submitted, slot taken, grading, settled, tombstoned); the woken poll reads the status again
 and answers if it differs. The number held at once is bounded, so idle clients cannot pile
 up futures without end.
+
+`Watchers` holds them; `watch` parks one, `notify` wakes them.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@ through `PlacedExecutor`), images warmed and leftovers found on every node (`nod
 
 Not a sandbox backend: no sandbox is made from here. Each node's actor (`host.py`) owns the
 node's Docker engine through the node's own backend, and the trials it runs make theirs.
+
+`RayCluster` gives the nodes' images and leftovers (an `ImageMaker` and a `Reaper`);
+`ray_executor` makes the `PlacedExecutor` on it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ node's Docker engine still answers. Each node's actor is asked now and then (nev
 often than `health_interval_sec`, and only while trials are being placed); a node whose
 engine does not answer, or whose actor died, is left out of new placements until it
 answers again, so the engine keeps serving on the others.
+
+`Fleet` holds the actors and the nodes left out.
 """
 
 from __future__ import annotations

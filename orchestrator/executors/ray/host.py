@@ -5,6 +5,8 @@ One actor per node and driver; it lives as long as the driver does and serves ev
 the driver places on its node, concurrently (an async actor). A trial's events are streamed
 back as they happen; a cancel names the trial's key and reaches it as an asyncio cancel,
 which the trial turns into the relay's host abort, teardown and a cancelled result.
+
+`NodeHost` is the actor's class (made remote by `fleet.py`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """One node of the cluster seen from the driver: its images and its leftovers (an
 `ImageMaker` and a `Reaper`, not a backend: it makes no sandbox), asked of the node's
 actor. `trialbox prewarm --ray` warms each node through one of these (with progress per
-node) and `trialbox reap --ray` cleans each node's engine."""
+node) and `trialbox reap --ray` cleans each node's engine.
+
+`NodeImages` is that view of one node.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ A task folder lives on the driver's disk; a node builds its image and copies it 
 trial, so the node needs the folder itself. The driver packs it (a deterministic tar), puts
 it in Ray's object store once per content digest, and sends only a reference; a node fetches
 and unpacks a digest it has not seen, once however many trials ask at the same time.
+
+`TaskParcel` is a task as it travels; `Packer` the driver's side, `Unpacker` a node's.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ runs, so Ray's own scheduler decides where it goes and how many run on each node
 holds as many trials as its cores and memory allow, a trial waits while no node has room,
 and nodes that join are used as soon as Ray sees them. Nodes whose engines stopped
 answering are left out with a label selector on Ray's `ray.io/node-id` label.
+
+`RayPlacement` is Ray's `Placement`.
 """
 
 from __future__ import annotations
