@@ -2,6 +2,8 @@
 
 Imports only the standard library and pydantic, and keeps Python 3.9 syntax, because it is
 installed into whatever Python the task image ships.
+
+`MIN_PYTHON` is the oldest CPython it runs on.
 """
 
 from __future__ import annotations

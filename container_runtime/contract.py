@@ -3,6 +3,9 @@
 One definition serves both sides: the host writes ``ContainerInput`` and reads
 ``ContainerResult``; the runner inside the container does the opposite. Files are written
 atomically so a reader never sees half a file, even if the writer is killed mid-write.
+
+`check_reward` holds one reward value to the contract: a finite number a float holds, never a
+bool.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The agent entrypoint must write ``container_result.json`` whatever happens: the 
 "the agent failed" from "the sandbox broke" by that file's presence. The grade entrypoint is
 the opposite: it writes ``reward.json`` only for a complete, valid set of rewards, so a
 broken grader shows up as a missing reward rather than a wrong one.
+
+`agent_main` and `grade_main` are the two entrypoints.
 """
 
 from __future__ import annotations

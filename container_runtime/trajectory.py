@@ -9,6 +9,8 @@ here.
 Reading undoes that mapping, and also maps an agent step's empty message back to
 ``content: null`` when the step has tool calls, and observation results without a
 ``source_call_id`` (actions that were not tool calls) to user messages.
+
+`messages_from_trajectory` is the reader.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ the launcher records its own `$$` and then `exec`s the subject: same pid, same g
 env file that is sourced and deleted before the subject starts, so they never appear in a
 command line or in the container's environment. The subject's output goes to files, so a
 background child holding a pipe cannot delay the exec's end.
+
+`launcher_script` is the launcher (exit 125 with the `SCOPE_MARKER` when it cannot write the pid
+file or read the env file); `leader_probe_script` the probe that finds the leader in /proc when
+a signal is needed, so a rewritten pid file cannot misdirect one.
 """
 
 from __future__ import annotations

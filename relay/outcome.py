@@ -1,4 +1,8 @@
-"""The one decision the relay makes about a subject, which every later step reads."""
+"""The one decision the relay makes about a subject, which every later step reads.
+
+`RelayOutcome` (its `Ending`, exit code, whether the sandbox was destroyed, `scoreable`) is that
+decision; `RelayPolicy` the relay's time budget (graces, abort windows, the destroy deadline).
+"""
 
 from __future__ import annotations
 

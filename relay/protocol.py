@@ -2,6 +2,9 @@
 
 The orchestrator's Docker sandbox satisfies it; a fake satisfies it in unit tests. The relay
 imports nothing of trialbox's, so this protocol is its whole view of the world.
+
+`RelaySandbox` is that view; `HostStoppable` the sandbox that can also stop every process from
+the host when nothing can run inside.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ agent started must still answer the verifier. A host abort (cancel, shutdown, a 
 abort) quiesces the whole group and then removes the sandbox. Whatever cannot be confirmed
 fails closed: the sandbox is destroyed and nothing is scoreable. Cleanup is shielded and
 bounded, so a second cancel or an error during it still ends in destroy before it propagates.
+
+`Relay.run` runs once; when no command can run inside (every pid taken), a `HostStoppable`
+sandbox is stopped from the host.
 """
 
 from __future__ import annotations

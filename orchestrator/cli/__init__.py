@@ -2,6 +2,10 @@
 
 Progress bars and tables live here, never in the library, which reports through return
 values and callbacks.
+
+`build_parser` builds the parser from light imports only (no pydantic, none of the library: each
+handler imports what it runs when it runs), so `trialbox --help` is fast; `main` runs a
+subcommand and exits 1 on bad input, 3 when the host could not keep a file.
 """
 
 from __future__ import annotations

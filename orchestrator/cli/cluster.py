@@ -1,5 +1,9 @@
 """`--ray ADDRESS` and `--registry HOST:PORT`: the same command, its trials placed on the
-nodes of a Ray cluster (each node's Docker engine runs their sandboxes)."""
+nodes of a Ray cluster (each node's Docker engine runs their sandboxes).
+
+On `run`, `serve`, `prewarm` and `reap`; `TRIALBOX_RAY` is the default address, and with a
+cluster `TRIALBOX_REGISTRY` the default registry (`add_ray_options`, `ray_config`).
+"""
 
 from __future__ import annotations
 

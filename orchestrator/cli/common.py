@@ -1,4 +1,10 @@
-"""Options and helpers shared by the `trialbox` subcommands."""
+"""Options and helpers shared by the `trialbox` subcommands.
+
+The shared option groups (tasks, agent, config, sandbox, the model group, the base-image map),
+`config_of` (the options as a `TrialConfig`), `announce_job`, `progress_bar`, `print_error`, and
+`CancelOnSignal`: the first SIGINT, SIGTERM or SIGHUP cancels the job's task once, the exit code
+is 128 + N.
+"""
 
 from __future__ import annotations
 

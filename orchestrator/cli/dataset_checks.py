@@ -1,6 +1,11 @@
 """What `run` and `serve` check once before anything starts, the same way for both: the
 tasks (every folder loaded, the broken ones refused together) and the base-image mapping
-against them and the engine."""
+against them and the engine.
+
+`serve_tasks` loads the template task or every folder of `--tasks-dir` as `run` loads its own;
+`check_base_images` checks the mapping against the tasks, and against the engine unless on a
+cluster.
+"""
 
 from __future__ import annotations
 

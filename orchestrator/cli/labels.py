@@ -5,6 +5,8 @@ The label goes into the task's `metadata["label"]`, which reaches the verifier a
 /tests/label.json and never the agent. A task without a line gets no label; a line that
 names no task of the dataset is an error naming the file and the line, since a typo there
 would silently score a task without its label.
+
+`read_labels` reads the file.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ Without this, `--agent shell` with no `--model` fails every trial as `validation
 and a `--model-url` nothing listens on is found only after each trial's gateway has retried
 for seconds. One bounded `GET <url>/models` (the OpenAI-compatible model list vLLM, SGLang and
 hosted APIs serve) tells at once whether anything answers there.
+
+`check_model` refuses an agent that needs a model without one, naming the flags and job-file
+keys; `probe_model_url` is the GET (5 s, no retry, no proxy; any answer below 500 passes), its
+refusal naming the URL and `--no-model-check`.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ any option, keyed by its long name with `_` for `-` (`n_concurrent = 8`), and so
 environment (`TRIALBOX_N_CONCURRENT=8`). The first place that gives an option wins: command
 line > environment > job file > defaults (pydantic-settings merges them). Each place is
 checked on its own first, so an error names it: the file and the key, or the variable.
+
+`load_settings` gives the `RunSettings`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 A report file carries every trial's detail inline (it must work with no server); a served
 page carries none and fetches one when it is opened, so a job of thousands of trials
 serves a page of its table and timeline only.
+
+`report_html` is a report file; `live_state` what a served page polls.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ while a run holds the folder's lock and it was started by that run (made after t
 its `config.json`); any other is interrupted, and when its (task, attempt) has run again since
 (a resume reruns a pair under a new trial id) it is superseded and counts nowhere. A `serve`
 folder has no lock to tell by: there every such folder is in flight.
+
+Running is told by the kernel's lock table (`lock_held`: no lock is taken); an unfinished
+trial's (task, attempt) is read from its trial.json, never from its id, and one whose pair ran
+again since is `rerun`. A job is finished once every pair has a result. `find_jobs` finds job
+folders, `read_job` reads one as a `JobOnDisk`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ column per reward name. `--with-trajectories` adds the chat messages (OpenAI sha
 per model answer its token ids and logprobs (`completions`), read from the trial's ATIF
 trajectory. Values that are lists or objects are native in JSON Lines and Parquet
 (messages: JSON text in Parquet, their shape varies) and JSON text in CSV.
+
+`rows_of` makes the rows (`ExportRow`), `write` writes them in a format.
 """
 
 from __future__ import annotations

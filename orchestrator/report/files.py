@@ -4,6 +4,8 @@ Everything under `logs/` came out of the sandbox, so it is untrusted: any size, 
 any text (HTML included). This module bounds and decodes it; escaping is the renderer's.
 A file is read only when it is a regular file inside the trial folder (no symlink, at no
 level), so a folder a container shaped cannot make the report show a host file.
+
+`trial_logs` lists a trial's log files, `read_capped` reads one (`LogText`).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 The renderer turns these models into HTML and does no arithmetic of its own, so the tests
 check the figures here, against the job's own, and the HTML separately.
+
+`report_page`, `job_page` and `trial_detail` build the models.
 """
 
 from __future__ import annotations

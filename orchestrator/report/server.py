@@ -8,6 +8,8 @@ should not show the network. Routes:
 - `GET /api/state` a small JSON document, `{"fingerprint", "running", "jobs"}`, that the page
   polls (every 2 s while a job runs) to learn that something changed;
 - `GET /trial?job=JOB&id=TRIAL` one trial's detail, when the page opens it.
+
+`ReportServer` is the server.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ The official numbers are `jobs.aggregates`' (infra failures, cancelled trials an
 unusable tasks never count). Counting infra failures as zeros as well shows what the
 infrastructure cost: a large gap between the two says the machine, not the agent, lost
 those samples.
+
+`job_summary` gives the figures (`Summary`, through `jobs.aggregates.tally`), `with_infra` the
+same with infra as zeros, `histogram` the rewards' spread.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ ended. Before its start, a trial of `trialbox run` waited: for a slot since the 
 resume) began, or, for a rerun, since the attempt it replaces ended (the retry backoff and
 then a slot). A trial still running is one span up to now; one a stopped run left without a
 result is one span up to the last sign its run was alive, and grows no more.
+
+`lanes` makes the lanes, `axis` their shared time axis.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ it is where token ids and logprobs are: each agent step's `metrics` holds the ex
 itself (kept as `trajectory.agent.json` when the gateway wrote its own). The file came out of
 the sandbox: a document that is not valid ATIF is still shown as far as it goes, with what
 is wrong, and never breaks the page.
+
+`load` reads the file, `view` gives the steps (`TrajectoryView`), `training_fields` the
+messages, token ids and logprobs.
 """
 
 from __future__ import annotations
