@@ -1,5 +1,5 @@
 """The relay: supervises the agent's process inside a sandbox (docs/architecture.md, "The
-relay").
+relay's policy").
 
 It imports nothing of trialbox's: it drives any sandbox that satisfies `RelaySandbox`.
 """
