@@ -11,7 +11,9 @@ stopped (killed, crashed: nothing finishes it). In a `trialbox run` folder it is
 while a run holds the folder's lock and it was started by that run (made after the run wrote
 its `config.json`); any other is interrupted, and when its (task, attempt) has run again since
 (a resume reruns a pair under a new trial id) it is superseded and counts nowhere. A `serve`
-folder has no lock to tell by: there every such folder is in flight.
+folder is locked by its server while it runs: its unfinished trials are in flight while the
+lock is held and interrupted after; one an older trialbox's server left has no lock to tell
+by, and there every such folder is in flight.
 
 Running is told by the kernel's lock table (`lock_held`: no lock is taken); an unfinished
 trial's (task, attempt) is read from its trial.json, never from its id, and one whose pair ran
