@@ -33,6 +33,18 @@ async def ride_out_cancels(task: asyncio.Future[Any], limit: float | None = None
     return cancelled
 
 
+async def finish_shielded(finish: Awaitable[None], *, cancelled: bool) -> None:
+    """Run a trial's finishing steps to their end whatever cancels arrive meanwhile, then
+    re-raise a cancel if one came (now, or before: `cancelled`), else any error they raised.
+    Each step is bounded, so riding out the cancels cannot hang."""
+    task = asyncio.ensure_future(finish)
+    if await ride_out_cancels(task):
+        cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 class RunOnce:
     """A cleanup that runs once however many callers ask, each waiting (bounded) for it to
     finish before a cancellation of theirs goes on: how a sandbox is destroyed."""

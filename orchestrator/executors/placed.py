@@ -24,7 +24,7 @@ from orchestrator.common.atomic_write import write_atomic_sync
 from orchestrator.common.errors import TrialboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
-from orchestrator.common.shielding import ride_out_cancels
+from orchestrator.common.shielding import finish_shielded
 from orchestrator.executors.base import Executor, TrialEvents, TrialRun
 from orchestrator.executors.node_trial import Finished, Grading, TrialWork
 from orchestrator.executors.placement import Placement, Resources
@@ -141,12 +141,7 @@ class PlacedRun:
             cancelled = True
         except Exception as exc:  # the node was lost, or placing failed: said in the result
             self._lost = exc
-        finish = asyncio.ensure_future(self._finish(cancelled, started))
-        if await ride_out_cancels(finish):
-            cancelled = True
-        finish.result()
-        if cancelled:
-            raise asyncio.CancelledError
+        await finish_shielded(self._finish(cancelled, started), cancelled=cancelled)
         return self.result
 
     async def _finish(self, cancelled: bool, started: float) -> None:

@@ -39,7 +39,7 @@ from orchestrator.common.errors import (
 from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber, check_secret_lengths
-from orchestrator.common.shielding import ride_out_cancels
+from orchestrator.common.shielding import finish_shielded
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelOverride
 from orchestrator.sandbox import (
@@ -169,13 +169,10 @@ class Trial:
             cancelled = True
         except Exception as exc:  # recorded with its phase; the trial still cleans up
             self._fail(exc, phases.reached)
-        finish = asyncio.ensure_future(self._finish(staged, verified, cancelled, started))
         # Teardown and the result file complete first (each step is bounded), then it goes on.
-        if await ride_out_cancels(finish):
-            cancelled = True
-        finish.result()
-        if cancelled:
-            raise asyncio.CancelledError
+        await finish_shielded(
+            self._finish(staged, verified, cancelled, started), cancelled=cancelled
+        )
         return self.result
 
     # -- the phases ---------------------------------------------------------------------------
