@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator.common.archive import tar_of_files
 from orchestrator.common.errors import SandboxError
+from orchestrator.common.limits import Limits
 from tests.conformance.conftest import BackendUnderTest, wait_until
 
 SCRIPT = (
@@ -41,6 +42,20 @@ async def test_a_command_past_its_timeout_exits_124_and_is_timed_out(
     assert result.timed_out is True
     assert result.output == "before\n"
     assert result.duration_sec < 4
+
+
+async def test_a_command_that_ignores_term_is_killed_past_its_timeout_with_137(
+    backend: BackendUnderTest,
+) -> None:
+    """`timeout -k`: TERM at the limit is ignored, so KILL ends it the grace later."""
+    async with backend.sandbox() as sandbox:
+        result = await sandbox.exec("trap '' TERM; echo before; sleep 20", timeout_sec=0.3)
+
+    kill_after = Limits().exec_kill_after_sec  # both backends here run with the defaults
+    assert result.exit_code == 137
+    assert result.timed_out is True
+    assert result.output == "before\n"
+    assert kill_after <= result.duration_sec < kill_after + 10
 
 
 async def test_a_command_that_exits_124_by_itself_is_not_timed_out(

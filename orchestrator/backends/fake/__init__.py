@@ -23,8 +23,8 @@ knowingly differs from a container:
   A test that needs more scripts the agent or verifier with a handler.
 - Output: stdout and stderr are merged in the order written; Docker's two pipes come back in
   either order.
-- Timeouts: a command past `timeout_sec` ends at once with 124; in a container one that
-  ignores TERM gets KILL `exec_kill_after_sec` later (137).
+- Timeouts: a command past `timeout_sec` ends at once with 124; one that ran `trap '' TERM`
+  ends `exec_kill_after_sec` later with 137, as `timeout -k`'s KILL ends it in a container.
 - Processes: no background children, so a process group is its leader alone; the relay's
   leader probe is answered from the process table, not /proc.
 - Images: nothing is built or installed; only the final stage's WORKDIR and USER are kept

@@ -179,8 +179,18 @@ async def _kill(shell: Shell, argv: list[str], state: ShellState) -> int:
     return 0
 
 
+async def _trap(shell: Shell, argv: list[str], state: ShellState) -> int:
+    if len(argv) < 3 or argv[1] != "":
+        state.complain("sh: trap: only `trap '' SIGNAL...` is in the vocabulary\n")
+        return 2
+    for name in argv[2:]:
+        if shell.ignore is not None:
+            shell.ignore(state.pid, name.upper().removeprefix("SIG"))
+    return 0
+
+
 PROGRAMS: dict[str, Program] = {
     "true": _true, ":": _true, "false": _false, "exit": _exit, "echo": _echo, "cat": _cat,
     "sleep": _sleep, "id": _id, "pwd": _pwd, "cd": _cd, "command": _command, "set": _set,
-    "export": _export, "kill": _kill,
+    "export": _export, "kill": _kill, "trap": _trap,
 }  # fmt: skip

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 SIGNALS = {"HUP": 1, "INT": 2, "KILL": 9, "TERM": 15}
 TIMEOUT_EXIT = 124  # what `timeout` exits with when the limit fired
+KILLED_EXIT = 128 + SIGNALS["KILL"]  # what `timeout -k` exits with when TERM was ignored
 
 
 @dataclass
@@ -27,6 +28,8 @@ class Process:
     task: asyncio.Task[int] | None = None
     signal: int | None = None
     timed_out: bool = False
+    ignores_term: bool = False  # `trap '' TERM`: only KILL ends it
+    limit: asyncio.Timeout | None = None  # the in-sandbox timeout, while it runs
 
     @property
     def alive(self) -> bool:
@@ -41,6 +44,7 @@ class ProcessTable:
         self._live: dict[int, Process] = {}
         # Fault injection: a leader that survives TERM (only KILL ends it).
         self.leaders_ignore_term = False
+        self.kill_after = 5.0  # `timeout -k`: KILL this long after a TERM that was ignored
 
     def start(
         self,
@@ -52,18 +56,18 @@ class ProcessTable:
         """Start `work` as a new process, bounded by `timeout` seconds from inside."""
         proc = Process(self._next_pid, leader)
         self._next_pid += 1
-        proc.task = asyncio.ensure_future(self._bounded(proc, work, limit=timeout))
+        proc.task = asyncio.ensure_future(self._bounded(proc, work, timeout))
         self._live[proc.pid] = proc
         proc.task.add_done_callback(lambda _task: self._live.pop(proc.pid, None))
         return proc
 
     @staticmethod
     async def _bounded(
-        proc: Process, work: Callable[[Process], Awaitable[int]], *, limit: float | None
+        proc: Process, work: Callable[[Process], Awaitable[int]], limit: float | None
     ) -> int:
         if limit is None:
             return await work(proc)
-        scope = asyncio.timeout(limit)
+        scope = proc.limit = asyncio.timeout(limit)
         try:
             async with scope:
                 return await work(proc)
@@ -71,7 +75,20 @@ class ProcessTable:
             if not scope.expired():
                 raise  # the work's own TimeoutError, not the limit's
             proc.timed_out = True
-            return TIMEOUT_EXIT
+            return KILLED_EXIT if proc.ignores_term else TIMEOUT_EXIT
+        finally:
+            proc.limit = None
+
+    def ignore(self, pid: int, name: str) -> None:
+        """`trap '' NAME` in process `pid`: a TERM-ignoring process is ended by the timeout's
+        KILL, `kill_after` seconds past its limit (137), as `timeout -k` does."""
+        proc = self._live.get(pid)
+        if proc is None or name not in ("TERM", str(SIGNALS["TERM"])) or proc.ignores_term:
+            return
+        proc.ignores_term = True
+        deadline = proc.limit.when() if proc.limit is not None else None
+        if proc.limit is not None and deadline is not None:
+            proc.limit.reschedule(deadline + self.kill_after)
 
     def pids(self) -> list[int]:
         """The live processes' pids."""
@@ -93,7 +110,8 @@ class ProcessTable:
         number = SIGNALS.get(name) or (int(name) if name.isdigit() else None)
         if number is None:
             return False
-        if number == SIGNALS["TERM"] and proc.leader and self.leaders_ignore_term:
+        ignored = proc.ignores_term or (proc.leader and self.leaders_ignore_term)
+        if number == SIGNALS["TERM"] and ignored:
             return True
         proc.signal = number
         assert proc.task is not None

@@ -75,7 +75,8 @@ class FakeSandbox:
         self.has_runtime = True  # whether trialbox's Python runtime works in it
         self.processes = ProcessTable()
         self.processes.leaders_ignore_term = self.scripts.faults.leader_ignores_term
-        self.shell = Shell(self.files, self.processes.signal)
+        self.processes.kill_after = self.limits.exec_kill_after_sec
+        self.shell = Shell(self.files, self.processes.signal, self.processes.ignore)
         self._commands = Dispatcher(self)
         self.execs: list[str] = []  # every command asked for, in order, for tests to read
         self._capabilities = capabilities
@@ -202,11 +203,18 @@ class FakeSandbox:
         return ImageDefaults(user=self.image.user, healthcheck=self.healthcheck)
 
     async def health(self, *, pids: bool = False) -> Health:
-        """The scripted health (`engine_health`), else a sandbox that is simply there. As
-        Docker's, the pid count is read only when asked for and only of a running sandbox."""
+        """The scripted health (`engine_health`), else a sandbox that is simply there, or
+        removed (by someone: Docker's events cannot tell who). As Docker's, the pid count
+        (its live processes and PID 1) is read only when asked for, of a running sandbox."""
         scripted = self.engine_health
+        if scripted is None and not self._present:
+            return Health(exists=False, running=False, stopped_outside=True)
         if scripted is None:
-            return Health(exists=self._present, running=self._present)
+            if not pids:
+                return Health()
+            return Health(
+                pids_current=len(self.processes.pids()) + 1, pids_limit=self.spec.pids_limit
+            )
         if pids and scripted.running:
             return scripted
         return scripted.model_copy(update={"pids_current": None, "pids_limit": None})

@@ -23,14 +23,19 @@ SHELLS = frozenset({"sh", "bash", "dash", "/bin/sh", "/bin/bash", "/usr/bin/bash
 # Sends a signal ("TERM", "KILL", "0", …) to a pid, or to its group when the bool is set;
 # False when there is no such process.
 SignalHook = Callable[[int, bool, str], bool]
+# `trap '' SIGNAL`: the process `pid` ignores that signal from now on.
+IgnoreHook = Callable[[int, str], None]
 
 
 class Shell:
     """Runs command text against one filesystem (and, for `kill`, one process table)."""
 
-    def __init__(self, files: FakeFiles, signals: SignalHook | None = None) -> None:
+    def __init__(
+        self, files: FakeFiles, signals: SignalHook | None = None, ignore: IgnoreHook | None = None
+    ) -> None:
         self.files = files
         self.signals = signals
+        self.ignore = ignore
         self.vocabulary = {**commands.PROGRAMS, **fileutils.PROGRAMS}
 
     async def run(self, text: str, state: ShellState) -> int:
