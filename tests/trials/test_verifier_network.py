@@ -20,7 +20,7 @@ from orchestrator.trials.verifier_network import judge_verifier_network
 from tests.conftest import write_task
 
 QUICK = Limits(stop_term_grace_sec=0.5, stop_kill_grace_sec=0.5)
-CURL_OFFLINE = "curl: (6) Could not resolve host: astral.sh"
+CURL_OFFLINE = "curl: (6) Could not resolve host: tools.example.com"
 FETCHES_THEN_ZERO = (
     f"#!/bin/sh\necho 'downloading uv'\necho '{CURL_OFFLINE}'\necho 0 > /logs/verifier/reward.txt\n"
 )
@@ -36,7 +36,7 @@ def fake_config(tmp_path: Path, **changes: Any) -> TrialConfig:
     "line",
     [
         CURL_OFFLINE,
-        "error: Failed to fetch: `https://pypi.org/simple/pytest/` dns error: failed to lookup "
+        "error: Failed to fetch: `https://index.example.com/simple/pytest/` dns error: failed to lookup "
         "address information: Temporary failure in name resolution",
         "wget: unable to resolve host address 'github.com'",
         "urllib.error.URLError: <urlopen error [Errno 101] Network is unreachable>",
@@ -144,7 +144,7 @@ async def test_a_real_verifier_that_fetches_its_tooling_offline_is_infra(
     network: the real tools' own words, judged with the default limits."""
     test_sh = (
         "#!/bin/sh\n"
-        "python3 -c \"import urllib.request; urllib.request.urlopen('https://astral.sh/uv/', "
+        "python3 -c \"import urllib.request; urllib.request.urlopen('https://tools.example.com/uv/', "
         'timeout=5)" || { echo 0 > /logs/verifier/reward.txt; exit 1; }\n'
         "echo 1 > /logs/verifier/reward.txt\n"
     )
