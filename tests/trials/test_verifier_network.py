@@ -36,7 +36,7 @@ def fake_config(tmp_path: Path, **changes: Any) -> TrialConfig:
     "line",
     [
         CURL_OFFLINE,
-        "error: Failed to fetch: `https://index.example.com/simple/pytest/` dns error: failed to lookup "
+        "error: Failed to fetch: `https://pkgs.test/simple/pytest/` dns error: failed to lookup "
         "address information: Temporary failure in name resolution",
         "wget: unable to resolve host address 'github.com'",
         "urllib.error.URLError: <urlopen error [Errno 101] Network is unreachable>",
@@ -144,7 +144,7 @@ async def test_a_real_verifier_that_fetches_its_tooling_offline_is_infra(
     network: the real tools' own words, judged with the default limits."""
     test_sh = (
         "#!/bin/sh\n"
-        "python3 -c \"import urllib.request; urllib.request.urlopen('https://tools.example.com/uv/', "
+        "python3 -c \"import urllib.request; urllib.request.urlopen('https://dl.test/uv/', "
         'timeout=5)" || { echo 0 > /logs/verifier/reward.txt; exit 1; }\n'
         "echo 1 > /logs/verifier/reward.txt\n"
     )
