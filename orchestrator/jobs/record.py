@@ -71,6 +71,12 @@ class JobRecord(JobResult):
     )
 
 
+def replaced_by(chains: Sequence[Chain]) -> dict[str, str]:
+    """Trial id -> the trial id of the try after it in its chain (a retry, a resume's rerun,
+    a served rollout's next try): the tries that count nowhere."""
+    return {a.trial_id: b.trial_id for c in chains for a, b in pairwise(c.results)}
+
+
 def record_of(job_id: str, job_dir: Path, chains: Sequence[Chain], n_expected: int) -> JobRecord:
     """The job as far as it went: the last result of each chain, and what it replaced."""
     summary = summarize(job_id, job_dir, [c.last for c in chains if c.last is not None])
@@ -78,5 +84,5 @@ def record_of(job_id: str, job_dir: Path, chains: Sequence[Chain], n_expected: i
         **dict(summary),
         n_expected=n_expected,
         superseded=[r for c in chains for r in c.results[:-1]],
-        superseded_by={a.trial_id: b.trial_id for c in chains for a, b in pairwise(c.results)},
+        superseded_by=replaced_by(chains),
     )

@@ -27,13 +27,13 @@ import hashlib
 import json
 import os
 from datetime import UTC, datetime
-from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from orchestrator.jobs.config import JobConfigFile
+from orchestrator.jobs.record import replaced_by
 from orchestrator.jobs.results import RESULT_FILE, chains_of, read_results
 from orchestrator.jobs.store import CONFIG_FILE, JOB_FILE, LOCK_FILE
 from orchestrator.trials.result import TrialResult
@@ -173,13 +173,7 @@ def read_job(job_dir: Path) -> JobOnDisk:
     config = _config(job_dir)
     job_id = config.job_id if config is not None else job_dir.name
     results, notes = read_results(job_dir, job_id)
-    superseded_by: dict[str, str] = {}
-    for chain in chains_of(results):
-        for older, newer in pairwise(chain.results):
-            superseded_by[older.trial_id] = newer.trial_id
-    for result in results:  # a serve rollout's infra try, rerun under the same rollout id
-        if result.superseded_by is not None:
-            superseded_by[result.trial_id] = result.superseded_by
+    superseded_by = replaced_by(chains_of(results))
     ordered = sorted(results, key=lambda r: (r.started_at, r.trial_id))
     locked = lock_held(job_dir / LOCK_FILE)
     unfinished = _unfinished(job_dir, {Path(r.trial_dir).name for r in results})
