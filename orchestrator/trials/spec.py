@@ -85,10 +85,14 @@ def spec_of(
     )  # fmt: skip
 
 
-def write_spec(trial_dir: Path, spec: TrialSpec, scrub: Callable[[str], str] = str) -> None:
+def write_spec(
+    trial_dir: Path, spec: TrialSpec, scrub: Callable[[str], str] = str, *, durable: bool = True
+) -> None:
     """`<trial_dir>/trial.json`, whole or not at all; `scrub` takes the trial's secrets out
-    of the text (a credential pasted into the metadata or the prompt)."""
-    write_atomic_sync(trial_dir / SPEC_FILE, scrub(spec.model_dump_json(indent=2)))
+    of the text (a credential pasted into the metadata or the prompt). `durable=False` for a
+    first version written again moments later (no flush to disk on every trial's start)."""
+    text = scrub(spec.model_dump_json(indent=2))
+    write_atomic_sync(trial_dir / SPEC_FILE, text, durable=durable)
 
 
 def read_spec(trial_dir: Path) -> TrialSpec | None:

@@ -196,7 +196,7 @@ class Trial:
         # cannot name; written again with the digest of the files it copied.
         spec = spec_of(self.result, self.task, self.metadata, prompt=self.prompt,
                        model=self.model, credentials=self.config.credentials)  # fmt: skip
-        await run_blocking(write_spec, self.trial_dir, spec, self.scrubber.text)
+        await run_blocking(write_spec, self.trial_dir, spec, self.scrubber.text, durable=False)
         materialized = await run_blocking(
             materialize, self.task, self.trial_dir, trial_id=self.trial_id,
             rollout_id=self.rollout_id, prompt=self.prompt, metadata=self.metadata,
