@@ -43,8 +43,8 @@ import ray
 from ray.cluster_utils import Cluster
 
 from orchestrator import RolloutRequest, TrialConfig, TrialEngine, load_task
-from orchestrator.backends.ray.config import RayBackendConfig
 from orchestrator.executors.ray.cluster import RayCluster
+from orchestrator.sandbox.backend_config import RayBackendConfig
 from orchestrator.trials.config import parse_image_map
 from tests.ray.second_dockerd import SecondDockerd
 

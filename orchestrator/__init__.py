@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.common.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
-    from orchestrator.backends import BackendConfig, DockerBackendConfig, FakeBackendConfig
     from orchestrator.bundles import build_bundle, inspect_bundle
     from orchestrator.common.errors import (
         ImageBuildError,
@@ -33,10 +32,16 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         TrialboxError,
     )
     from orchestrator.common.limits import Limits
+    from orchestrator.executors.local import run_trial
     from orchestrator.gateway.record import Usage
     from orchestrator.gateway.settings import ModelConfig, ModelLimits, ModelOverride, Sampling
     from orchestrator.jobs.record import JobRecord
     from orchestrator.sandbox import Backend, Capabilities, ExecResult, Sandbox, SandboxSpec
+    from orchestrator.sandbox.backend_config import (
+        BackendConfig,
+        DockerBackendConfig,
+        FakeBackendConfig,
+    )
     from orchestrator.service.abort import abort
     from orchestrator.service.engine import TrialEngine
     from orchestrator.service.job import resume_job, run_job
@@ -56,7 +61,6 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from orchestrator.trials.bundle_agent import BundleAgent
     from orchestrator.trials.config import TrialConfig
     from orchestrator.trials.result import AgentOutcome, JobResult, Timings, TrialError, TrialResult
-    from orchestrator.trials.trial import run_trial
 
 
 # Where each public name lives, imported on first use (PEP 562): `import orchestrator` loads no
@@ -64,15 +68,15 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
 _LAZY: dict[str, str] = {
     "AgentOutcome": "orchestrator.trials.result",
     "Backend": "orchestrator.sandbox",
-    "BackendConfig": "orchestrator.backends",
+    "BackendConfig": "orchestrator.sandbox.backend_config",
     "Backoff": "orchestrator.service.retries",
     "BundleAgent": "orchestrator.trials.bundle_agent",
     "Capabilities": "orchestrator.sandbox",
-    "DockerBackendConfig": "orchestrator.backends",
+    "DockerBackendConfig": "orchestrator.sandbox.backend_config",
     "DuplicateRollout": "orchestrator.service.rollouts",
     "EngineClosed": "orchestrator.service.rollouts",
     "ExecResult": "orchestrator.sandbox",
-    "FakeBackendConfig": "orchestrator.backends",
+    "FakeBackendConfig": "orchestrator.sandbox.backend_config",
     "ImageBuildError": "orchestrator.common.errors",
     "JobRecord": "orchestrator.jobs.record",
     "JobResult": "orchestrator.trials.result",
@@ -109,7 +113,7 @@ _LAZY: dict[str, str] = {
     "prewarm": "orchestrator.service.prewarm",
     "resume_job": "orchestrator.service.job",
     "run_job": "orchestrator.service.job",
-    "run_trial": "orchestrator.trials.trial",
+    "run_trial": "orchestrator.executors.local",
 }
 
 
@@ -120,7 +124,7 @@ def run_trial_sync(*args: Any, **kwargs: Any) -> TrialResult:
     """`run_trial` for scripts without an event loop."""
     import asyncio
 
-    from orchestrator.trials.trial import run_trial
+    from orchestrator.executors.local import run_trial
 
     return asyncio.run(run_trial(*args, **kwargs))
 

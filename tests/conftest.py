@@ -31,6 +31,7 @@ import docker.errors
 import pytest
 
 from orchestrator import TrialConfig, load_task
+from orchestrator.backends import build_backend
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
@@ -283,7 +284,7 @@ async def ensure_task_image(config: TrialConfig, task: Path) -> str:
     A test that needs an image to exist before it starts (so that a wait or a timing means
     what it says) asks for it here instead of relying on an earlier test having built it.
     """
-    backend = config.backend.build(config.limits)
+    backend = build_backend(config.backend, config.limits)
     built = await backend.ensure_image(load_task(task), config.base_image_map)
     return built.tag
 

@@ -49,11 +49,12 @@ def test_import_orchestrator_loads_no_engine_sdk_http_stack_or_web_framework() -
         "orchestrator.backends.docker.config",
         "orchestrator.backends.fake.config",
         "orchestrator.backends.ray.config",
+        "orchestrator.sandbox.backend_config",
         "orchestrator.trials.config",
     ],
 )
 def test_a_backend_config_imports_no_backend(module: str) -> None:
-    """What backends/*/config.py promise: choosing a backend loads none (`build()` does)."""
+    """What the configs promise: choosing a backend loads none (`build_backend` does)."""
     loaded = loaded_after(f"import {module}")
     assert not loaded & set(HEAVY), f"import {module} loaded {sorted(loaded & set(HEAVY))}"
 

@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.backends import RayBackendConfig
+    from orchestrator.sandbox.backend_config import RayBackendConfig
     from orchestrator.trials.config import TrialConfig
 
 # The same variables `trialbox run` reads through its settings: prewarm, serve and reap go to
@@ -45,7 +45,7 @@ def ray_config(args: Any, node: Any = None, *, environment: bool = True) -> RayB
     argparse's namespace, or `trialbox run`'s settings (where a job file or TRIALBOX_RAY and
     TRIALBOX_REGISTRY may have given them). `environment=False`: the flags alone (a resumed
     job reads no variables)."""
-    from orchestrator.backends import DockerBackendConfig, RayBackendConfig
+    from orchestrator.sandbox.backend_config import DockerBackendConfig, RayBackendConfig
 
     address, registry = getattr(args, "ray", None), getattr(args, "registry", None)
     if address is None:

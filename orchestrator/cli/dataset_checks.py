@@ -21,7 +21,9 @@ def check_base_images(config: TrialConfig, tasks: list[Task], *, every_task: boo
     """Refuse a mapping whose local image the engine lacks, or, when `tasks` are `every_task`
     that can run, one no task's FROM names (BaseImageMapError). A cluster's images are on
     its nodes' engines: there, only the FROM side is checked."""
-    backend = None if config.backend.type == "ray" else config.backend.build(config.limits)
+    from orchestrator.backends import build_backend
+
+    backend = None if config.backend.type == "ray" else build_backend(config.backend, config.limits)
     asyncio.run(
         check_base_image_map(
             config.base_image_map, tasks, backend=backend, refuse_unused=every_task

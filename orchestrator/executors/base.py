@@ -24,8 +24,8 @@ from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import NodeInfo, TrialResult
 
 if TYPE_CHECKING:
-    from orchestrator.backends.ray.config import RayBackendConfig
     from orchestrator.gateway.server import Gateway
+    from orchestrator.sandbox.backend_config import RayBackendConfig
 
 
 @dataclass(frozen=True)
@@ -102,14 +102,15 @@ def executor_for(
 ) -> Executor:
     """The executor `config` names, made once: trials here on `backend` when one is given,
     else on a Ray cluster (`cluster`, else `config.backend` when it names one), else here on
-    the backend `config.backend` builds."""
+    the backend `config.backend` names (`backends.build_backend`)."""
+    from orchestrator.backends import build_backend
     from orchestrator.executors.local import LocalExecutor
 
     if backend is not None:
         return LocalExecutor(config, backend)
     where = cluster if cluster is not None else config.backend
     if where.type != "ray":
-        return LocalExecutor(config, where.build(config.limits))
+        return LocalExecutor(config, build_backend(where, config.limits))
     try:
         from orchestrator.executors.ray.cluster import ray_executor
     except ModuleNotFoundError as exc:

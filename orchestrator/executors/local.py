@@ -1,15 +1,26 @@
-"""Trials in this process: `trials.trial.Trial` on a `Backend` (Docker, the fake), every
-trial of the executor sharing one model gateway, made when first needed and closed by
-`aclose` (the engine's shutdown).
+"""Trials in this process: `trials.trial.Trial` on a `Backend` (Docker, the fake).
 
-`LocalExecutor` is the class; its `images` and `leftovers` are the backend itself.
+`LocalExecutor` is the class: every trial of the executor shares one model gateway, made when
+first needed and closed by `aclose` (the engine's shutdown); its `images` and `leftovers` are
+the backend itself. `run_trial` is the public function for one trial, on the backend given or
+the one its config names (`backends.build_backend`: it lives here, not beside `Trial`, because
+`trials/` imports no backend).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from orchestrator.backends import build_backend
+from orchestrator.common.ids import new_id
+from orchestrator.common.offload import run_blocking
 from orchestrator.executors.base import Executor, TrialEvents, TrialRun
 from orchestrator.gateway.server import Gateway
 from orchestrator.sandbox import Backend
+from orchestrator.tasks.task import Task, load_task
+from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialResult
 from orchestrator.trials.trial import Trial
@@ -59,3 +70,38 @@ class LocalExecutor(Executor):
         if self._gateway is not None:
             await self._gateway.aclose()
             self._gateway = None
+
+
+async def run_trial(
+    task: Task | str | Path,
+    agent: Agent | str = "oracle",
+    *,
+    config: TrialConfig | None = None,
+    trial_id: str | None = None,
+    job_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    attempt: int = 1,
+    backend: Backend | None = None,
+) -> TrialResult:
+    """Run one trial and return its result (also written to `<trial_dir>/result.json`).
+
+    `metadata["label"]`, if given, is the ground truth: the verifier sees it in
+    /tests/label.json; the agent never does. `backend` defaults to the one `config` names
+    (a Ray cluster's config is refused: its trials run on its nodes, through `run_job` or
+    `TrialEngine`).
+    """
+    config = config or TrialConfig()
+    loaded = task if isinstance(task, Task) else await run_blocking(load_task, task)
+    # A `bundle:<project>` spec builds a wheel: host work, off the loop like the task's.
+    the_agent = agent if isinstance(agent, Agent) else await run_blocking(parse_agent, agent)
+    trial = Trial(
+        loaded,
+        the_agent,
+        config=config,
+        backend=backend or build_backend(config.backend, config.limits),
+        trial_id=trial_id or new_id(loaded.name),
+        job_id=job_id or new_id("job"),
+        metadata=metadata or {},
+        attempt=attempt,
+    )
+    return await trial.run()

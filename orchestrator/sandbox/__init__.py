@@ -2,7 +2,9 @@
 
 The trial, the agents, prewarm and reap talk only to these interfaces; each backend
 (`orchestrator.backends.docker`, `orchestrator.backends.fake`, …) implements them. Prewarm
-needs only an `ImageMaker` and reap only a `Reaper`, which a cluster's nodes are too.
+needs only an `ImageMaker` and reap only a `Reaper`, which a cluster's nodes are too. The
+configs that choose a backend (`BackendConfig`, the union `TrialConfig.backend` holds) are
+`backend_config`'s, here because `trials/` may import this layer and no backend.
 """
 
 from orchestrator.sandbox.backend import (

@@ -47,7 +47,7 @@ from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialResult
 
 if TYPE_CHECKING:
-    from orchestrator.backends.ray.config import RayBackendConfig
+    from orchestrator.sandbox.backend_config import RayBackendConfig
 
 __all__ = [
     "JobRecord",

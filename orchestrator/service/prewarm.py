@@ -77,9 +77,10 @@ async def prewarm(
 
     Raises PrewarmError, carrying every row, when any build failed.
     """
-    if backend is None:  # the backend a default TrialConfig names
-        defaults = TrialConfig()
-        backend = defaults.backend.build(defaults.limits)
+    if backend is None:  # the images of where a default TrialConfig runs its trials
+        from orchestrator.executors.base import executor_for
+
+        backend = executor_for(TrialConfig()).images
     mapping = dict(base_image_map or {})
     loaded = [t if isinstance(t, Task) else await run_blocking(load_task, t) for t in tasks]
     by_tag: dict[str, list[Task]] = {}

@@ -1,8 +1,9 @@
 """How trials are run, as opposed to what they run: where, paths, identity, mappings, limits.
 
 `TrialConfig` holds the jobs folder, the owner label, the base-image map, the credentials and
-`refuse_short_secrets`, the `model`, the `backend` (a `BackendConfig`), the `limits`, and the
-switches `trialbox run` and `serve` share (`no_internet`, `force_build`, `clip_resources`,
+`refuse_short_secrets`, the `model`, the `backend` (a `BackendConfig`, the union of
+`sandbox/backend_config.py`: naming a backend imports none), the `limits`, and the switches
+`trialbox run` and `serve` share (`no_internet`, `force_build`, `clip_resources`,
 `stop_leftovers`, `keep_containers`).
 """
 
@@ -13,11 +14,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.backends import BackendConfig, DockerBackendConfig
 from orchestrator.common.defaults import BASE_IMAGE_MAP_ENV
 from orchestrator.common.limits import Limits
 from orchestrator.common.scrub import SAFE_SECRET_LEN, check_secret_lengths
 from orchestrator.gateway.settings import ModelConfig
+from orchestrator.sandbox.backend_config import BackendConfig, DockerBackendConfig
 from orchestrator.sandbox.creator import default_owner
 
 

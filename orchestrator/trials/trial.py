@@ -14,8 +14,9 @@ The finishing work is done by collaborators with explicit inputs: `LogCollector`
 brings `/logs` back, `verdict.py` scores and applies the category rules, `result_file.py`
 writes the result, and `record.py` keeps the timings and the first error.
 
-`Trial` is the class (`run()`; each step through `_guarded`, the finish shielded and awaited);
-`run_trial` is the public function.
+`Trial` is the class (`run()`; each step through `_guarded`, the finish shielded and awaited),
+given its `Backend` by its caller: `run_trial` (`executors/local.py`, which builds the one a
+config names; this layer imports no backend) or an executor.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from orchestrator.common.errors import (
     ImageBuildError,
     RuntimeMissingError,
 )
-from orchestrator.common.ids import new_id
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber, check_secret_lengths
 from orchestrator.common.shielding import finish_shielded
@@ -51,8 +51,8 @@ from orchestrator.sandbox import (
     Sandbox,
     SandboxSpec,
 )
-from orchestrator.tasks.task import Task, load_task
-from orchestrator.trials.agents import Agent, parse_agent
+from orchestrator.tasks.task import Task
+from orchestrator.trials.agents import Agent
 from orchestrator.trials.collect import LogCollector
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.context import TrialContext, plan_context
@@ -465,36 +465,3 @@ class Trial:
     def _fail(self, exc: BaseException, phase: Phase) -> None:
         """The trial's error, unless one is kept already (`record.record_error`)."""
         record_error(self.result, exc, phase, self.scrubber)
-
-
-async def run_trial(
-    task: Task | str | Path,
-    agent: Agent | str = "oracle",
-    *,
-    config: TrialConfig | None = None,
-    trial_id: str | None = None,
-    job_id: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    attempt: int = 1,
-    backend: Backend | None = None,
-) -> TrialResult:
-    """Run one trial and return its result (also written to `<trial_dir>/result.json`).
-
-    `metadata["label"]`, if given, is the ground truth: the verifier sees it in
-    /tests/label.json; the agent never does. `backend` defaults to the one `config` names.
-    """
-    config = config or TrialConfig()
-    loaded = task if isinstance(task, Task) else await run_blocking(load_task, task)
-    # A `bundle:<project>` spec builds a wheel: host work, off the loop like the task's.
-    the_agent = agent if isinstance(agent, Agent) else await run_blocking(parse_agent, agent)
-    trial = Trial(
-        loaded,
-        the_agent,
-        config=config,
-        backend=backend or config.backend.build(config.limits),
-        trial_id=trial_id or new_id(loaded.name),
-        job_id=job_id or new_id("job"),
-        metadata=metadata or {},
-        attempt=attempt,
-    )
-    return await trial.run()

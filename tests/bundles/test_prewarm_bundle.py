@@ -20,6 +20,7 @@ import pytest
 
 from container_runtime import paths
 from orchestrator import ModelConfig, TrialConfig, TrialResult, load_task, run_trial
+from orchestrator.backends import build_backend
 from orchestrator.backends.fake import FakeBackend
 from orchestrator.bundles import build_bundle
 from orchestrator.cli import main
@@ -75,7 +76,7 @@ def test_prewarm_builds_the_image_a_bundle_trial_uses_and_nothing_twice(
 ) -> None:  # fmt: skip
     monkeypatch.setenv("COLUMNS", "300")  # the table's tags whole
     wheel = build_bundle(EXAMPLE / "project", cache=tmp_path / "bundles")
-    backend = config.backend.build(config.limits)
+    backend = build_backend(config.backend, config.limits)
     plan = backend.plan_image(load_task(example_task), config.base_image_map)
     task_tag = asyncio.run(plan).tag  # the task's own image (the CLI runs its own loops)
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import run_trial
+from orchestrator.executors import local as local_module
 from orchestrator.service import job as job_module
 from orchestrator.service.job import resume_job, run_job
 from orchestrator.trials import agents
-from orchestrator.trials import trial as trial_module
 from orchestrator.trials.agents import Agent
 from tests.jobs.helpers import fake_config, make_tasks
 
@@ -27,7 +27,7 @@ def parsed_on(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return agents.parse_agent(spec)
 
     monkeypatch.setattr(job_module, "parse_agent", recording)
-    monkeypatch.setattr(trial_module, "parse_agent", recording)
+    monkeypatch.setattr(local_module, "parse_agent", recording)
     return threads
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends import RayBackendConfig
 from orchestrator.cli import build_parser
 from orchestrator.cli.cluster import on_cluster
 from orchestrator.cli.common import config_of
 from orchestrator.cli.run import _given
 from orchestrator.cli.settings import env_name, load_settings, resume_overrides
+from orchestrator.sandbox.backend_config import RayBackendConfig
 from orchestrator.trials.config import TrialConfig
 from tests.jobs.helpers import make_tasks
 

@@ -24,8 +24,8 @@ import docker
 import pytest
 
 from orchestrator import TrialConfig
-from orchestrator.backends.ray.config import RayBackendConfig
 from orchestrator.executors.node_trial import SCRATCH_ENV
+from orchestrator.sandbox.backend_config import RayBackendConfig
 from tests.conftest import BASE_IMAGE, BASE_IMAGE_MAP, TEST_OWNER, our_containers
 from tests.ray.second_dockerd import SecondDockerd
 

@@ -27,9 +27,9 @@ from orchestrator import (
     abort,
     run_job,
 )
-from orchestrator.backends.ray.config import RayBackendConfig
 from orchestrator.common.ids import trial_id_for
 from orchestrator.common.offload import run_blocking
+from orchestrator.sandbox.backend_config import RayBackendConfig
 from orchestrator.service.engine import engines
 from tests.conftest import BASE_IMAGE, OFFICIAL_IMAGE, TEST_OWNER, write_task
 from tests.ray.conftest import HALF_NODE_TOML, NODE_CPUS, WHOLE_NODE_TOML, TwoEngines, registry_has

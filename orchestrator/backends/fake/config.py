@@ -1,28 +1,9 @@
-"""How a trial config chooses the fake backend (tests, and trying trialbox without an engine).
-
-`FakeBackendConfig` is `type="fake"`; its `build()` imports the rest.
+"""How a trial config chooses the fake backend (tests, and trying trialbox without an engine):
+`FakeBackendConfig` (`type="fake"`), re-exported beside the backend it chooses. The model lives
+in `orchestrator/sandbox/backend_config.py`, a layer `trials/` may import;
+`orchestrator.backends.build_backend` makes the `FakeBackend` it names (importing the rest).
 """
 
-from __future__ import annotations
+from orchestrator.sandbox.backend_config import FakeBackendConfig
 
-from typing import TYPE_CHECKING, Literal
-
-from pydantic import BaseModel, ConfigDict
-
-from orchestrator.common.limits import Limits
-
-if TYPE_CHECKING:
-    from orchestrator.backends.fake.backend import FakeBackend
-
-
-class FakeBackendConfig(BaseModel):
-    """Sandboxes that live in memory: no engine, no image builds, scripted commands."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    type: Literal["fake"] = "fake"
-
-    def build(self, limits: Limits) -> FakeBackend:
-        from orchestrator.backends.fake.backend import FakeBackend
-
-        return FakeBackend(limits=limits)
+__all__ = ["FakeBackendConfig"]

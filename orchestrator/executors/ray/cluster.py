@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from orchestrator.backends.ray.config import RayBackendConfig
 from orchestrator.common.errors import SandboxLostError
 from orchestrator.common.limits import Limits
 from orchestrator.executors.placed import PlacedExecutor
@@ -22,6 +21,7 @@ from orchestrator.executors.ray.nodes import NodeImages
 from orchestrator.executors.ray.parcels import Packer
 from orchestrator.executors.ray.placement import RayPlacement
 from orchestrator.sandbox import ImageOutcome, ImagePlan, Leftover, LocalImages
+from orchestrator.sandbox.backend_config import RayBackendConfig
 from orchestrator.tasks.task import Task
 from orchestrator.trials.config import TrialConfig
 

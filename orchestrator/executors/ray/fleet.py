@@ -22,11 +22,11 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.backends.ray.config import RayBackendConfig
 from orchestrator.common.errors import SandboxLostError
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.executors.ray.host import HEALTH_TIMEOUT_SEC, NodeHost
+from orchestrator.sandbox.backend_config import RayBackendConfig
 from orchestrator.trials.result import NodeInfo
 
 log = logging.getLogger(__name__)

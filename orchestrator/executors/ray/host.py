@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from orchestrator.backends.ray.config import RayBackendConfig
+from orchestrator.backends import build_backend
 from orchestrator.common.limits import Limits
 from orchestrator.executors.node_trial import scratch_root
 from orchestrator.executors.placement import PlacedWork
@@ -33,6 +33,7 @@ from orchestrator.sandbox import (
     Sandbox,
     SandboxSpec,
 )
+from orchestrator.sandbox.backend_config import RayBackendConfig
 from orchestrator.tasks.task import Task
 from orchestrator.trials.result import NodeInfo
 
@@ -92,7 +93,7 @@ class _Announcing(Backend):
 
 def _node_backend(config: RayBackendConfig, limits: Limits) -> Backend:
     if config.node.type == "fake":
-        return config.node.build(limits)
+        return build_backend(config.node, limits)
     from orchestrator.backends.docker.backend import DockerBackend
     from orchestrator.backends.docker.images import ImageBuilder
     from orchestrator.backends.docker.registry import Registry

@@ -24,7 +24,6 @@ from ray.util.placement_group import (
     remove_placement_group,
 )
 
-from orchestrator.backends.ray.config import RayBackendConfig
 from orchestrator.common.errors import SandboxError, TaskError, TrialboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import ride_out_cancels
@@ -32,6 +31,7 @@ from orchestrator.executors.placement import Emit, PlacedWork, Placement, Resour
 from orchestrator.executors.ray.fleet import Fleet, Host, lost
 from orchestrator.executors.ray.host import ImageReady
 from orchestrator.executors.ray.parcels import Packer, TaskParcel
+from orchestrator.sandbox.backend_config import RayBackendConfig
 from orchestrator.tasks.task import Task
 
 NODE_ID_LABEL = "ray.io/node-id"
