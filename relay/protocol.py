@@ -3,14 +3,23 @@
 The orchestrator's Docker sandbox satisfies it; a fake satisfies it in unit tests. The relay
 imports nothing of trialbox's, so this protocol is its whole view of the world.
 
-`RelaySandbox` is that view; `HostStoppable` the sandbox that can also stop every process from
-the host when nothing can run inside.
+`RelaySandbox` is that view (its commands are `Command` values or plain sh); `HostStoppable`
+the sandbox that can also stop every process from the host when nothing can run inside.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
+
+
+class Command(Protocol):
+    """A command of the framework's, as a value (`relay.commands`, `orchestrator.sandbox.
+    commands`): a shell backend runs `shell()` under `sh -c`, another answers it by kind."""
+
+    def shell(self) -> str:
+        """The command in POSIX sh."""
+        ...
 
 
 class ExecOutput(Protocol):
@@ -42,13 +51,13 @@ class RelaySandbox(Protocol):
 
     async def exec(
         self,
-        command: str,
+        command: str | Command,
         *,
         timeout_sec: float | None = None,
         env: Mapping[str, str] | None = None,
         user: str = "",
     ) -> ExecOutput:
-        """Run `sh -c command` and wait for it to end."""
+        """Run `sh -c command` (a `Command` as its `shell()`) and wait for it to end."""
         ...
 
     async def upload_file(

@@ -15,31 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from relay.launcher import (
-    SCOPE_UNAVAILABLE_EXIT,
-    LaunchPaths,
-    env_file_text,
-    launcher_script,
-    leader_probe_script,
+from relay.commands import (
+    GroupAlive,
+    GroupState,
+    Launch,
+    ProbeLeader,
+    RemoveFile,
+    Signal,
+    UserIds,
 )
+from relay.launcher import SCOPE_UNAVAILABLE_EXIT, LaunchPaths, env_file_text
 from relay.outcome import TIMEOUT_EXIT_CODE, Ending, RelayOutcome, RelayPolicy
-from relay.protocol import ExecOutput, HostStoppable, RelaySandbox
+from relay.protocol import Command, ExecOutput, HostStoppable, RelaySandbox
 
 log = logging.getLogger(__name__)
-
-
-class GroupState(enum.Enum):
-    """Is the process group still there? `UNKNOWN` is never read as `GONE`."""
-
-    ALIVE = "alive"
-    GONE = "gone"
-    UNKNOWN = "unknown"
 
 
 class Relay:
@@ -72,17 +66,16 @@ class Relay:
         """Upload the credentials as a 0600 file owned by whoever the subject will run as."""
         owner = (0, 0)
         if user not in ("root", "0"):  # "" is the image's own USER, which may not be root
-            ids = await self._bounded_exec("id -u; id -g", user=user)
-            numbers = (ids.output or "").split()
-            if ids.exit_code != 0 or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+            found = UserIds.read(await self._bounded_exec(UserIds(), user=user))
+            if found is None:
                 raise RuntimeError(f"cannot resolve the uid/gid of user {user or '(default)'!r}")
-            owner = (int(numbers[0]), int(numbers[1]))
+            owner = found
         await self.sandbox.upload_file(
             self.paths.env_file, env_file_text(env), mode=0o600, owner=owner
         )
 
     async def _bounded_exec(
-        self, command: str, *, user: str = "root", within: float | None = None
+        self, command: Command, *, user: str = "root", within: float | None = None
     ) -> ExecOutput:
         """A short exec whose host-side wait never outlasts `within` (the budget left)."""
         limit = self.policy.signal_timeout if within is None else max(0.1, within)
@@ -92,7 +85,7 @@ class Relay:
 
     async def _remove_env_file(self) -> None:
         with contextlib.suppress(Exception):
-            await self._bounded_exec(f"rm -f {self.paths.env_file}")
+            await self._bounded_exec(RemoveFile(self.paths.env_file))
 
     async def _read_pid(self, within: float) -> None:
         """Learn the leader's pid, checked in the sandbox (see `leader_probe_script`).
@@ -107,12 +100,10 @@ class Relay:
                 return
             with contextlib.suppress(Exception):
                 got = await self._bounded_exec(
-                    leader_probe_script(self.paths),
-                    within=min(self.policy.signal_timeout, remaining),
+                    ProbeLeader(self.paths), within=min(self.policy.signal_timeout, remaining)
                 )
-                text = (got.output or "").strip()
-                if got.exit_code == 0 and text.isdigit() and int(text) > 1:
-                    self._pid = int(text)
+                self._pid = ProbeLeader.read(got)
+                if self._pid is not None:
                     return
             if time.monotonic() + self.policy.poll_interval >= deadline:
                 return
@@ -134,8 +125,8 @@ class Relay:
         try:
             if env:
                 await self._stage_env(env, user)
-            script = launcher_script(self.paths, command, has_env=bool(env))
-            self._subject = asyncio.ensure_future(self.sandbox.exec(script, user=user))
+            launch = Launch(self.paths, command, has_env=bool(env))
+            self._subject = asyncio.ensure_future(self.sandbox.exec(launch, user=user))
         except BaseException:
             if env:
                 await asyncio.shield(self._remove_env_file())
@@ -201,12 +192,12 @@ class Relay:
 
     # -- framework timeout: stop only the leader ----------------------------------------------
 
-    async def _signal(self, target: str, signal: str, *, within: float | None = None) -> bool:
-        """Send `signal` to a pid (`123`) or a group (`-123`); False when it could not be sent."""
+    async def _signal(self, signal: Signal, *, within: float | None = None) -> bool:
+        """Send one signal to the leader or its group; False when it could not be sent."""
         try:
-            got = await self._bounded_exec(f"kill -{signal} {target}", within=within)
+            got = await self._bounded_exec(signal, within=within)
         except Exception as exc:
-            log.warning("relay could not send %s to %s: %r", signal, target, exc)
+            log.warning("relay could not send %s: %r", signal.shell(), exc)
             return False
         return got.exit_code == 0
 
@@ -242,7 +233,7 @@ class Relay:
                 wait_until = min(time.monotonic() + grace, budget_end)
                 if wait_until <= time.monotonic():
                     break
-                await self._signal(str(self._pid), signal, within=wait_until - time.monotonic())
+                await self._signal(Signal(signal, self._pid), within=wait_until - time.monotonic())
                 # Only the exec's return confirms the leader is gone: a vanished pid is not proof.
                 await asyncio.wait({self._subject}, timeout=max(0.0, wait_until - time.monotonic()))
                 if self._subject.done():
@@ -307,16 +298,11 @@ class Relay:
     # -- host abort: quiesce the whole group, then settle -------------------------------------
 
     async def _group_state(self) -> GroupState:
+        assert self._pid is not None
         try:
-            got = await self._bounded_exec(f"kill -0 -{self._pid} 2>&1; echo rc=$?")
+            return GroupAlive.read(await self._bounded_exec(GroupAlive(self._pid)))
         except Exception:
             return GroupState.UNKNOWN
-        text = (got.output or "").lower()
-        if got.exit_code != 0 or "rc=" not in text:
-            return GroupState.UNKNOWN
-        if "rc=0" in text:
-            return GroupState.ALIVE
-        return GroupState.GONE if "no such process" in text else GroupState.UNKNOWN
 
     async def _quiet_within(self, seconds: float) -> GroupState:
         deadline = time.monotonic() + seconds
@@ -342,7 +328,7 @@ class Relay:
                 ("TERM", self.policy.abort_term_quiet),
                 ("KILL", self.policy.abort_kill_quiet),
             ):
-                await self._signal(f"-{self._pid}", signal)
+                await self._signal(Signal(signal, self._pid, group=True))
                 state = await self._quiet_within(quiet)
                 if state is not GroupState.ALIVE:
                     break

@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.sandbox.commands import SandboxCommand
 from relay import RelaySandbox
 
 
@@ -131,7 +132,7 @@ class Sandbox(RelaySandbox, Protocol):
 
     async def exec(
         self,
-        command: str,
+        command: SandboxCommand,
         *,
         timeout_sec: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -139,8 +140,9 @@ class Sandbox(RelaySandbox, Protocol):
         workdir: str | None = None,
         output_cap: int | None = None,
     ) -> ExecResult:
-        """Run `sh -c command` as `user` in `workdir`; bounded inside and, as a backstop,
-        outside the sandbox. Never runs the command twice."""
+        """Run `sh -c command` (a command value as its backend renders it: `sandbox.commands`)
+        as `user` in `workdir`; bounded inside and, as a backstop, outside the sandbox. Never
+        runs the command twice."""
         ...
 
     async def upload(self, tar_bytes: bytes, path: str = "/") -> None:

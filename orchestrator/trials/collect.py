@@ -19,7 +19,7 @@ from orchestrator.common.errors import RewardFileError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.sandbox import Sandbox
-from orchestrator.trials.rewards import REWARD_FILES
+from orchestrator.sandbox.commands import REWARD_FILES
 
 
 class LogCollector:

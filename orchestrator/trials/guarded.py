@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from orchestrator.sandbox import Capabilities, ExecResult, Health, Sandbox
+from orchestrator.sandbox.commands import SandboxCommand
 
 SAVE_WITHIN_SEC = 10.0
 
@@ -45,7 +46,7 @@ class GuardedSandbox:
 
     async def exec(
         self,
-        command: str,
+        command: SandboxCommand,
         *,
         timeout_sec: float | None = None,
         env: Mapping[str, str] | None = None,

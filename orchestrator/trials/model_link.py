@@ -21,7 +21,6 @@ from pathlib import Path
 
 from container_runtime import __version__, paths
 from container_runtime.contract import ContainerInput
-from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.common.atomic_write import write_atomic
 from orchestrator.common.errors import AgentSpecError, SandboxError
 from orchestrator.common.offload import run_blocking
@@ -32,6 +31,7 @@ from orchestrator.gateway.settings import ModelConfig
 from orchestrator.gateway.slot import SOCKET_NAME, Slot
 from orchestrator.gateway.trajectory import trajectory_from_record
 from orchestrator.sandbox import Capabilities, Mount, Sandbox
+from orchestrator.sandbox.commands import PathExists, StartForwarder
 from orchestrator.trials.result import TrialResult
 
 GATEWAY_DIR = "/run/trialbox-gateway"
@@ -69,18 +69,17 @@ class ModelLink:
     async def connect(self, sandbox: Sandbox) -> None:
         """Start the forwarder in the sandbox (as root, detached) and learn its port."""
         started = await sandbox.exec(
-            f"{RUNTIME_PYTHON} -m container_runtime forward --daemon "
-            f"--listen 127.0.0.1:0 --to {GATEWAY_DIR}/{SOCKET_NAME}",
+            StartForwarder(f"{GATEWAY_DIR}/{SOCKET_NAME}"),
             timeout_sec=FORWARD_START_SEC,
             user="root",
         )
-        port = started.output.strip().splitlines()[-1:] if started.output else []
-        if started.exit_code != 0 or not port or not port[0].isdigit():
+        port = StartForwarder.port(started.output)
+        if started.exit_code != 0 or port is None:
             raise SandboxError(
                 f"the model gateway's forwarder did not start in the sandbox "
                 f"(exit {started.exit_code}): {started.output.strip()[-500:]}"
             )
-        self.base_url = f"http://127.0.0.1:{port[0]}/v1"
+        self.base_url = f"http://127.0.0.1:{port}/v1"
 
     def agent_env(self) -> dict[str, str]:
         assert self.slot is not None and self.base_url is not None
@@ -135,7 +134,7 @@ class ModelLink:
         except ValueError:
             return None  # no chat completion succeeded: nothing to hand over
         found = await sandbox.exec(
-            f"test -e {SANDBOX_TRAJECTORY} || test -L {SANDBOX_TRAJECTORY}",
+            PathExists(SANDBOX_TRAJECTORY),
             timeout_sec=HAND_OVER_SEC,
             user="root",
         )

@@ -25,6 +25,7 @@ import aiofiles.os
 from container_runtime import paths
 from container_runtime.contract import InvalidRewardError, check_reward
 from orchestrator.common.errors import RewardFileError
+from orchestrator.sandbox.commands import NOT_A_FILE, REWARD_FILES, SNAPSHOT_CAP
 
 
 def _parse_json(text: str) -> dict[str, float]:
@@ -85,12 +86,6 @@ async def read_rewards(verifier_dir: Path) -> dict[str, float]:
     raise RewardFileError(paths.VERIFIER_DIR, NO_REWARD)
 
 
-REWARD_FILES = ("reward.json", "reward.txt")
-# A reward file holds a few numbers: the snapshot carries at most this much of each.
-SNAPSHOT_CAP = 64 * 1024
-NOT_A_FILE = "other"  # what the snapshot says of a path that is there but no regular file
-
-
 @dataclass(frozen=True)
 class RewardSnapshot:
     """`reward.json` and `reward.txt` as they stood when tests/test.sh exited, printed by the
@@ -134,7 +129,7 @@ class RewardSnapshot:
 
 
 def parse_snapshot(output: str, mark: str) -> RewardSnapshot | None:
-    """The snapshot in the verifier exec's output (`verifier.run_line` prints it: a
+    """The snapshot in the verifier exec's output (`sandbox.commands.RunVerifier` prints it: a
     `MARK name` line, the file as `od` hex, per file there; `MARK name other` for one that is
     no regular file; `MARK end` last), or None when it is not there whole (no `od`/`dd` in
     the image, the exec cut short)."""

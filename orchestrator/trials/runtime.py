@@ -11,9 +11,9 @@ before the agent starts, as the task's (`validation`), saying exactly that.
 from __future__ import annotations
 
 from container_runtime import MIN_PYTHON
-from container_runtime.paths import RUNTIME_CHECK
 from orchestrator.common.errors import RuntimeMissingError
 from orchestrator.sandbox import Sandbox
+from orchestrator.sandbox.commands import CheckRuntime
 
 CHECK_SEC = 30.0
 
@@ -32,7 +32,7 @@ def runtime_missing(user: str, image: str, detail: str = "") -> str:
 
 async def check_runtime(sandbox: Sandbox, image: str, user: str) -> None:
     """Raise RuntimeMissingError unless the runtime's interpreter starts in the sandbox."""
-    result = await sandbox.exec(RUNTIME_CHECK, timeout_sec=CHECK_SEC, user="root")
+    result = await sandbox.exec(CheckRuntime(), timeout_sec=CHECK_SEC, user="root")
     if result.exit_code != 0:
         said = result.output.strip().splitlines()[-1:] or [f"exit code {result.exit_code}"]
         raise RuntimeMissingError(runtime_missing(user, image, said[0][:200]))

@@ -14,6 +14,7 @@ import re
 
 from orchestrator.common.errors import TaskError
 from orchestrator.sandbox import Sandbox
+from relay.commands import UserIds
 
 ROOT = (0, 0)
 LOOKUP_SEC = 30.0
@@ -33,12 +34,12 @@ async def user_ids(sandbox: Sandbox, user: str, *, named_by: str) -> tuple[int, 
     if numeric is not None:  # the engine runs a numeric uid with or without a passwd entry
         uid = int(numeric[1])
         return uid, int(numeric[2]) if numeric[2] is not None else uid
-    ids = await sandbox.exec("id -u; id -g", timeout_sec=LOOKUP_SEC, user=user)
-    numbers = ids.output.split()
-    if ids.exit_code != 0 or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+    ids = await sandbox.exec(UserIds(), timeout_sec=LOOKUP_SEC, user=user)
+    found = UserIds.read(ids)
+    if found is None:
         said = ids.output.strip()[:200] or f"exit code {ids.exit_code}"
         raise TaskError(
             f"{named_by} = {user!r}: the image has no such user ({said}); create it in "
             "environment/Dockerfile (useradd) or name one the image has"
         )
-    return int(numbers[0]), int(numbers[1])
+    return found

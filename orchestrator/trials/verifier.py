@@ -8,10 +8,10 @@ leftover processes running as another user can neither read the label nor write 
 Run as another user, /tests and /logs/verifier become that user's, so a leftover process of
 the agent's running as that same user could: docs/harbor.md says so.
 
-`prepare_verifier` is the one root exec that puts the framework's paths back (`prepare_script`;
-run again once `free_pids` freed the pids when every one was taken); `run_verifier` runs
-test.sh with the reward files printed right after it (`run_line`), and `verify` is that run
-judged from outside when the sandbox fails it.
+`prepare_verifier` is the one root exec that puts the framework's paths back
+(`sandbox.commands.PrepareVerifier`; run again once `free_pids` freed the pids when every one
+was taken); `run_verifier` runs test.sh with the reward files printed right after it
+(`RunVerifier`), and `verify` is that run judged from outside when the sandbox fails it.
 """
 
 from __future__ import annotations
@@ -31,111 +31,14 @@ from orchestrator.common.errors import (
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.sandbox import Sandbox
+from orchestrator.sandbox.commands import FOUND, STOPPED, PrepareVerifier, RunVerifier
 from orchestrator.trials.faults import explained, free_pids, raise_if_going
 from orchestrator.trials.rewards import (
-    NOT_A_FILE,
-    REWARD_FILES,
-    SNAPSHOT_CAP,
     RewardSnapshot,
     changed_after,
     parse_snapshot,
     read_rewards,
 )
-
-VERIFIER_STDOUT = f"{paths.VERIFIER_DIR}/test-stdout.txt"
-PREPARE_MARK = "# trialbox: prepare the verifier"
-FOUND = "trialbox-found: "
-STOPPED = "trialbox-stopped: "
-# The agent's leftover processes, SIGKILLed from a root exec (only the shell's builtins, so
-# it runs while most pids are taken): every process but PID 1, this shell and its `timeout`,
-# in rounds until a round finds none but PID 1's own sleep (it comes back at once) or zombies.
-_STOP = f"""n=0 i=0
-while [ $i -lt 50 ]; do
-  left=0
-  for d in /proc/[0-9]*; do
-    p=${{d#/proc/}}
-    case $p in 1|$$|$PPID) continue;; esac
-    read -r st 2>/dev/null <"$d/stat" || continue
-    comm=${{st#*(}}; comm=${{comm%)*}}
-    set -- ${{st##*) }}
-    case $1 in Z*|X*) continue;; esac
-    kill -9 "$p" 2>/dev/null || continue
-    [ "$2 $comm" = "1 sleep" ] || left=$((left + 1))
-  done
-  [ $left -eq 0 ] && break
-  n=$((n + left)) i=$((i + 1))
-done
-echo "{STOPPED}$n"
-[ $left -eq 0 ] || echo "{FOUND}processes still starting after $i rounds of the stop"
-"""
-# Each path the framework relies on must be a real folder of root's with its documented mode
-# (section 4 of docs/architecture.md). What is not (a symlink, a file, another owner or mode,
-# missing) is reported and replaced: POSIX sh and ls only, so any image with a shell runs it.
-_REPAIR = f"""found() {{ echo "{FOUND}$*"; }}
-odd() {{
-  if [ -L "$1" ] || {{ [ -e "$1" ] && [ ! -d "$1" ]; }}; then
-    found "$1 was no folder: $(ls -ldn "$1" 2>&1)"
-  else return 1
-  fi
-}}
-fix() {{
-  p=$1 want=$2 mode=$3 optional=$4
-  if odd "$p"; then
-    rm -f "$p" || exit 1
-    optional=
-  fi
-  if [ ! -d "$p" ]; then
-    [ -n "$optional" ] && return 0
-    mkdir "$p" && chmod "$mode" "$p" || exit 1
-    return 0
-  fi
-  set -- $(ls -ldn "$p")
-  if [ "${{1%[.+@]}} $3 $4" != "$want 0 0" ]; then
-    found "$p was ${{1%[.+@]}} owned by $3:$4"
-    chown 0:0 "$p" && chmod "$mode" "$p" || exit 1
-  fi
-}}
-fix {paths.LOGS_DIR} drwxr-xr-x 0755
-fix {paths.AGENT_DIR} drwxrwxrwx 0777
-fix {paths.ARTIFACTS_DIR} drwxrwxrwx 0777
-fix /opt/trialbox drwxr-xr-x 0755 optional
-odd {paths.VERIFIER_DIR} || {{ set -- $(ls -A {paths.VERIFIER_DIR} 2>/dev/null)
-  [ $# -eq 0 ] || found "{paths.VERIFIER_DIR} was not empty ($# entries: $*)"; }}
-odd {paths.TESTS_DIR} || {{ [ -d {paths.TESTS_DIR} ] && found "{paths.TESTS_DIR} was there \
-before the verifier's upload: $(ls -ldn {paths.TESTS_DIR})"; }}
-rm -rf {paths.VERIFIER_DIR} {paths.TESTS_DIR} && mkdir {paths.VERIFIER_DIR} \
-  && chmod 0755 {paths.VERIFIER_DIR}
-"""  # fmt: skip
-
-
-def prepare_script(*, stop_leftovers: bool) -> str:
-    """The root exec before the verifier: the agent's leftovers stopped (when asked), the
-    framework's folders repaired, `/logs/verifier` and `/tests` emptied."""
-    return "\n".join([PREPARE_MARK, _STOP if stop_leftovers else "", _REPAIR])
-
-
-def run_line(mark: str) -> str:
-    """tests/test.sh (its output to test-stdout.txt, so its leftovers never hold this exec's
-    pipe), then, in the same exec, the reward files as they stand at its exit, as hex
-    (`rewards.parse_snapshot` reads it); the exec exits as test.sh did."""
-    verifier = paths.VERIFIER_DIR
-    return (
-        f"MARK={mark}; CAP={SNAPSHOT_CAP + 1}\n"
-        f"$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh >{VERIFIER_STDOUT} 2>&1 "
-        "</dev/null\n"
-        "rc=$?\n"
-        "if command -v od >/dev/null 2>&1 && command -v dd >/dev/null 2>&1; then\n"
-        f"  for f in {' '.join(REWARD_FILES)}; do\n"
-        f"    p={verifier}/$f\n"
-        '    if [ -L "$p" ] || { [ -e "$p" ] && [ ! -f "$p" ]; }; then echo "$MARK $f '
-        f'{NOT_A_FILE}"\n'
-        '    elif [ -f "$p" ]; then echo "$MARK $f"; '
-        'dd if="$p" bs=$CAP count=1 2>/dev/null | od -An -v -tx1; fi\n'
-        "  done\n"
-        '  echo "$MARK end"\n'
-        "fi\n"
-        "exit $rc"
-    )
 
 
 @dataclass(frozen=True)
@@ -181,8 +84,8 @@ def _findings(output: str) -> list[str]:
 
 
 async def _prepare(sandbox: Sandbox, setup: VerifierSetup, limits: Limits) -> list[str]:
-    script = prepare_script(stop_leftovers=setup.stop_leftovers)
-    done = await sandbox.exec(script, timeout_sec=limits.verifier_setup_sec, user="root")
+    prepare = PrepareVerifier(stop_leftovers=setup.stop_leftovers)
+    done = await sandbox.exec(prepare, timeout_sec=limits.verifier_setup_sec, user="root")
     if done.exit_code != 0:
         raise VerifierSetupError(
             f"could not prepare {paths.LOGS_DIR} and empty {paths.VERIFIER_DIR} (the root "
@@ -235,7 +138,7 @@ async def run_verifier(
         await sandbox.upload(tar_of_files({}, dirs={verifier_dir: 0o755}, owner=owner), "/")
     mark = f"trialbox-reward-{token_hex(8)}"
     outcome = await sandbox.exec(
-        run_line(mark), timeout_sec=setup.timeout_sec, env=setup.env, user=setup.user
+        RunVerifier(mark), timeout_sec=setup.timeout_sec, env=setup.env, user=setup.user
     )
     if outcome.timed_out:
         raise VerifierTimeoutError(

@@ -69,12 +69,28 @@ class BackendUnderTest:
             await sandbox.destroy()
 
 
-@pytest.fixture(params=BACKENDS)
-async def backend(request: pytest.FixtureRequest) -> BackendUnderTest:
+# The backends whose exec runs a real sh: what the shell itself does (its chaining, its
+# permissions, bash against dash) is proven there. The fake answers trialbox's own commands
+# by kind and runs only a few words of the task's text, so it is not among them.
+SHELL_BACKENDS = [param for param in BACKENDS if param.id != "fake"]
+
+
+async def _under_test(request: pytest.FixtureRequest) -> BackendUnderTest:
     made: Callable[[pytest.FixtureRequest], tuple[Backend, str]] = request.param
     chosen, owner = made(request)
     built = await chosen.ensure_image(load_task(EXAMPLES / "hello-oracle"), BASE_IMAGE_MAP)
     return BackendUnderTest(chosen, built.tag, owner, new_id("job-conformance"))
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest) -> BackendUnderTest:
+    return await _under_test(request)
+
+
+@pytest.fixture(params=SHELL_BACKENDS)
+async def shell_backend(request: pytest.FixtureRequest) -> BackendUnderTest:
+    """A backend whose exec runs the image's own sh (Docker)."""
+    return await _under_test(request)
 
 
 async def wait_until(check: Callable[[], Any], *, within: float = 30.0) -> None:

@@ -1,9 +1,10 @@
 """What an exec does, on every backend: exit codes, in-sandbox timeouts, environment, user,
-folder, merged and capped output, and the shell vocabulary the fake promises.
+folder, merged and capped output; and, on the backends that run a real sh (`shell_backend`),
+what that shell does with chaining, redirections, permissions and scripts.
 
-Each test uses only the `Sandbox` protocol and that vocabulary (see
-`orchestrator/backends/fake/shell.py`), so what passes here on Docker is what the fake
-claims to do.
+The tests on every backend use only the `Sandbox` protocol and the few words of sh the fake
+runs (`orchestrator/backends/fake/script.py`), so what passes here on Docker is what the
+fake claims to do.
 """
 
 from __future__ import annotations
@@ -131,8 +132,8 @@ async def test_an_unknown_command_exits_127_saying_not_found(backend: BackendUnd
     assert "not found" in result.output
 
 
-async def test_chaining_and_redirections(backend: BackendUnderTest) -> None:
-    async with backend.sandbox() as sandbox:
+async def test_chaining_and_redirections(shell_backend: BackendUnderTest) -> None:
+    async with shell_backend.sandbox() as sandbox:
         written = await sandbox.exec(
             "echo first > /tmp/f && echo second >> /tmp/f; false && echo skipped; cat /tmp/f"
         )
@@ -142,8 +143,8 @@ async def test_chaining_and_redirections(backend: BackendUnderTest) -> None:
     assert silenced.output == "rc=1\n"
 
 
-async def test_mkdir_rm_and_chmod(backend: BackendUnderTest) -> None:
-    async with backend.sandbox() as sandbox:
+async def test_mkdir_rm_and_chmod(shell_backend: BackendUnderTest) -> None:
+    async with shell_backend.sandbox() as sandbox:
         made = await sandbox.exec("mkdir -p /tmp/a/b && echo x > /tmp/a/b/c && cat /tmp/a/b/c")
         removed = await sandbox.exec("rm -rf /tmp/a && cat /tmp/a/b/c")
         forced = await sandbox.exec("rm -f /tmp/never-there")
@@ -162,9 +163,9 @@ async def test_mkdir_rm_and_chmod(backend: BackendUnderTest) -> None:
 
 
 async def test_a_non_root_user_cannot_write_into_a_root_folder(
-    backend: BackendUnderTest,
+    shell_backend: BackendUnderTest,
 ) -> None:
-    async with backend.sandbox() as sandbox:
+    async with shell_backend.sandbox() as sandbox:
         await sandbox.exec("mkdir -p /tmp/roots && chmod 0755 /tmp/roots")
         refused = await sandbox.exec("echo forged > /tmp/roots/reward.txt", user="nobody")
         absent = await sandbox.exec("cat /tmp/roots/reward.txt")
@@ -177,8 +178,8 @@ async def test_a_non_root_user_cannot_write_into_a_root_folder(
 @pytest.mark.parametrize(
     "runner", ["sh /tmp/s.sh", "bash /tmp/s.sh", "$(command -v bash || echo sh) /tmp/s.sh"]
 )
-async def test_a_script_runs_line_by_line(backend: BackendUnderTest, runner: str) -> None:
-    async with backend.sandbox() as sandbox:
+async def test_a_script_runs_line_by_line(shell_backend: BackendUnderTest, runner: str) -> None:
+    async with shell_backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files({"s.sh": (SCRIPT, 0o755)}), "/tmp")
         result = await sandbox.exec(runner)
 
@@ -187,9 +188,9 @@ async def test_a_script_runs_line_by_line(backend: BackendUnderTest, runner: str
 
 
 async def test_echo_reads_backslash_escapes_in_sh_but_not_in_bash(
-    backend: BackendUnderTest,
+    shell_backend: BackendUnderTest,
 ) -> None:
-    async with backend.sandbox() as sandbox:
+    async with shell_backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files({"e.sh": b"echo 'a\\tb'\n"}), "/tmp")
         dash = await sandbox.exec("sh /tmp/e.sh")
         bash = await sandbox.exec("bash /tmp/e.sh")
@@ -201,10 +202,10 @@ async def test_echo_reads_backslash_escapes_in_sh_but_not_in_bash(
 
 
 async def test_a_script_runs_by_its_path_only_when_executable(
-    backend: BackendUnderTest,
+    shell_backend: BackendUnderTest,
 ) -> None:
     files = {"run.sh": (b"#!/bin/sh\necho ran\n", 0o755), "plain.sh": (b"echo ran\n", 0o644)}
-    async with backend.sandbox() as sandbox:
+    async with shell_backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files(files), "/tmp")
         executable = await sandbox.exec("/tmp/run.sh")
         plain = await sandbox.exec("/tmp/plain.sh")
@@ -214,17 +215,17 @@ async def test_a_script_runs_by_its_path_only_when_executable(
     assert "Permission denied" in plain.output
 
 
-async def test_set_e_stops_a_script_at_the_first_failure(backend: BackendUnderTest) -> None:
+async def test_set_e_stops_a_script_at_the_first_failure(shell_backend: BackendUnderTest) -> None:
     script = b"set -e\necho a\nfalse\necho b\n"
-    async with backend.sandbox() as sandbox:
+    async with shell_backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files({"e.sh": script}), "/tmp")
         result = await sandbox.exec("sh /tmp/e.sh")
 
     assert (result.exit_code, result.output) == (1, "a\n")
 
 
-async def test_exec_redirects_the_rest_of_the_shell(backend: BackendUnderTest) -> None:
-    async with backend.sandbox() as sandbox:
+async def test_exec_redirects_the_rest_of_the_shell(shell_backend: BackendUnderTest) -> None:
+    async with shell_backend.sandbox() as sandbox:
         result = await sandbox.exec("exec >/tmp/log.txt 2>&1 </dev/null; echo to-file; nope")
         log = await sandbox.exec("cat /tmp/log.txt")
 
@@ -257,9 +258,9 @@ async def test_execs_run_concurrently_and_a_removal_ends_them(
 
 @pytest.mark.parametrize(("shell", "code"), [("sh", 2), ("bash", 127)])
 async def test_a_missing_script_fails_as_each_shell_fails(
-    backend: BackendUnderTest, shell: str, code: int
+    shell_backend: BackendUnderTest, shell: str, code: int
 ) -> None:
-    async with backend.sandbox() as sandbox:
+    async with shell_backend.sandbox() as sandbox:
         result = await sandbox.exec(f"{shell} /tmp/no-such-script.sh")
 
     assert result.exit_code == code
@@ -268,9 +269,9 @@ async def test_a_missing_script_fails_as_each_shell_fails(
 
 @pytest.mark.parametrize(("shell", "code"), [("sh", 2), ("bash", 126)])
 async def test_a_script_the_user_cannot_read_is_refused(
-    backend: BackendUnderTest, shell: str, code: int
+    shell_backend: BackendUnderTest, shell: str, code: int
 ) -> None:
-    async with backend.sandbox() as sandbox:
+    async with shell_backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files({"locked.sh": (b"echo ran\n", 0o700)}), "/tmp")
         result = await sandbox.exec(f"{shell} /tmp/locked.sh", user="nobody")
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from orchestrator import TrialConfig, TrialResult, run_trial
+from orchestrator.backends import build_backend
 from orchestrator.backends.fake import FakeBackend
 from orchestrator.common.ids import new_id
 from orchestrator.common.scrub import REDACTED
@@ -71,7 +72,7 @@ def trials(
 ) -> TrialsUnderTest:
     made_config: Callable[[pytest.FixtureRequest, Path], TrialConfig] = request.param
     config = made_config(request, tmp_path)
-    backend = config.backend.build(config.limits)
+    backend = build_backend(config.backend, config.limits)
     made: list[Sandbox] = []
     create = backend.create_sandbox
 

@@ -1,34 +1,41 @@
 """A scripted `RelaySandbox` for the relay's tests, and what the real sandbox answers.
 
-The fake answers each command the relay sends (the leader probe, signals, the group check,
-`id`, the launcher) with the outputs, exit codes and errors the Docker sandbox gives for
-the same situation. Those answers are written down once here, and test_relay_contract.py
-runs the same scenarios against the fake and the real engine, so the fake cannot drift.
+The fake answers each command the relay sends (`relay.commands`: the leader probe, signals,
+the group check, the user's ids, the launcher, the env file's removal) by its kind and fields,
+never by its shell text, with the outputs, exit codes and errors the Docker sandbox gives for
+the same situation. Where a command says what its shell prints (`answer`), the fake prints
+that; the rest is written down once here, and test_relay_contract.py runs the same scenarios
+against the fake and the real engine, so the fake cannot drift.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.common.errors import SandboxError, SandboxNotFoundError
-from relay.launcher import SCOPE_MARKER, SCOPE_UNAVAILABLE_EXIT
+from relay.commands import (
+    KILL_NO_SUCH_PROCESS,
+    GroupAlive,
+    Launch,
+    ProbeLeader,
+    RemoveFile,
+    Signal,
+    UserIds,
+)
+from relay.launcher import SCOPE_UNAVAILABLE_EXIT
+from relay.protocol import Command
 
 PID = 4242
-
-_SIGNAL = re.compile(r"^kill -(?P<sig>[A-Z]+) (?P<target>-?\d+)$")
-_GROUP_CHECK = re.compile(r"^kill -0 -(?P<pid>\d+) 2>&1; echo rc=\$\?$")
-_SCOPE_ECHO = re.compile(rf"echo ({re.escape(SCOPE_MARKER)}:[0-9a-f]+) >&2")
 
 # What the real sandbox (Debian's dash in the container) answers; test_relay_contract.py
 # checks each against the engine, so the fake cannot drift from it.
 SIGNAL_EXIT = {"TERM": 143, "KILL": 137}  # a leader ended by the signal ends its exec so
-NO_SUCH_PROCESS = "sh: 1: kill: No such process\n\n"  # `kill` of a pid or group that is gone
+NO_SUCH_PROCESS = KILL_NO_SUCH_PROCESS  # `kill` of a pid or group that is gone
 NOT_PERMITTED = "sh: 1: kill: Operation not permitted\n\n"  # of a group another user owns
-GROUP_ALIVE = "rc=0\n"  # the group check's output while the group lives
-GROUP_GONE = f"{NO_SUCH_PROCESS}rc=1\n"
+GROUP_ALIVE = GroupAlive.answer(alive=True)  # the group check's output while the group lives
+GROUP_GONE = GroupAlive.answer(alive=False)
 GROUP_NOT_PERMITTED = f"{NOT_PERMITTED}rc=1\n"
 USERS = {"": (1000, 1000), "root": (0, 0), "nobody": (65534, 65534)}  # "": the image's USER
 
@@ -58,32 +65,35 @@ class Out:
 
 @dataclass
 class Exec:
-    """One exec the relay asked for."""
+    """One exec the relay asked for: the command as it was given (a value or plain sh)."""
 
-    command: str
+    command: str | Command
     env: Mapping[str, str] | None
     user: str
     timeout_sec: float | None
 
-
-# The relay learns the leader's pid with a checked probe (relay.launcher.leader_probe_script);
-# the fake answers it with `pid_text`, as the probe would print the checked pid.
-PROBE_START = "is_leader()"
+    @property
+    def shell(self) -> str:
+        """The sh a shell backend would run for it."""
+        return self.command if isinstance(self.command, str) else self.command.shell()
 
 
 @dataclass
 class FakeSandbox:
     """A scripted `RelaySandbox`. Every exec and upload is recorded.
 
-    The subject (the launcher's exec) returns `subject_exit` after `subject_after` seconds
-    (never, when None) or when the leader is sent a signal in `leader_dies_on`; with
-    `scope_unavailable` the launcher cannot record its pid and exits 125 with its marker. The
-    leader probe finds `pid_text` while the subject runs, nothing otherwise. The process
-    group stays alive until it is sent a signal in `group_dies_on`. Once destroyed, every
-    exec and upload raises as in a removed container.
+    The subject (the `Launch`) returns `subject_exit` after `subject_after` seconds (never,
+    when None) or when the leader is sent a signal in `leader_dies_on`; with
+    `scope_unavailable` the launcher cannot record its pid and exits 125 with its launch's
+    marker. While the subject runs the leader probe finds `leader`: a pid, printed as the
+    probe prints one (`ProbeLeader.answer`), or a text the real probe never prints, printed as
+    it is, to show the relay reads no pid from it; nothing when None or when no subject runs.
+    The process group stays alive until it is sent a signal in `group_dies_on`. Once
+    destroyed, every exec and upload raises as in a removed container. A command that is no
+    `relay.commands` value is one the fake does not know.
     """
 
-    pid_text: str | None = str(PID)
+    leader: int | str | None = PID
     subject_after: float | None = None
     subject_exit: int | None = 0
     subject_output: str = ""
@@ -101,7 +111,7 @@ class FakeSandbox:
 
     execs: list[Exec] = field(default_factory=list)
     uploads: list[tuple[str, bytes, int, tuple[int, int]]] = field(default_factory=list)
-    signals: list[str] = field(default_factory=list)  # "TERM 4242", "KILL -4242"
+    signals: list[Signal] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     group_checks: int = 0
     pid_reads: int = 0
@@ -122,7 +132,7 @@ class FakeSandbox:
 
     async def exec(
         self,
-        command: str,
+        command: str | Command,
         *,
         timeout_sec: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -131,25 +141,22 @@ class FakeSandbox:
         self.execs.append(Exec(command, env, user, timeout_sec))
         if self.gone:
             raise container_gone()
-        if command.startswith(PROBE_START) and ".pid" in command:
-            self.pid_reads += 1
-            if self.pid_text is None or not self.subject_running:
-                return Out(1)  # the probe found no leader
-            return Out(0, self.pid_text + "\n")
-        if _GROUP_CHECK.match(command):
-            return await self._group_check()
-        if match := _SIGNAL.match(command):
-            return await self._signal(match["sig"], match["target"])
-        if command.startswith("rm -f "):
-            self.removed.append(command.removeprefix("rm -f "))
-            return Out(0)
-        if command == "id -u; id -g":
-            if user not in self.users:
-                return Out(126, unknown_user_output(user))
-            uid, gid = self.users[user]
-            return Out(0, f"{uid}\n{gid}\n")
-        if "exec sh -c" in command:
-            return await self._subject(command)
+        match command:
+            case ProbeLeader():
+                return self._probe()
+            case GroupAlive():
+                return await self._group_check()
+            case Signal():
+                return await self._signal(command)
+            case RemoveFile(path=path):
+                self.removed.append(path)
+                return Out(0)
+            case UserIds():
+                if user not in self.users:
+                    return Out(126, unknown_user_output(user))
+                return Out(0, UserIds.answer(*self.users[user]))
+            case Launch():
+                return await self._subject(command)
         raise AssertionError(f"the fake does not know this command: {command!r}")
 
     async def upload_file(
@@ -171,13 +178,20 @@ class FakeSandbox:
 
     # -- behaviours ---------------------------------------------------------------------------
 
-    async def _subject(self, script: str) -> Out:
+    def _probe(self) -> Out:
+        self.pid_reads += 1
+        if self.leader is None or not self.subject_running:
+            return Out(1)  # the probe found no leader
+        if isinstance(self.leader, int):
+            return Out(0, ProbeLeader.answer(self.leader))
+        return Out(0, self.leader + "\n")
+
+    async def _subject(self, launch: Launch) -> Out:
         if self.subject_error is not None:
             raise self.subject_error
         if self.scope_unavailable:
-            marker = _SCOPE_ECHO.search(script)
-            assert marker, "the launcher no longer echoes its scope marker"
-            return Out(SCOPE_UNAVAILABLE_EXIT, marker[1] + "\n")
+            # The launcher echoes its launch's own marker to stderr, which the exec merges.
+            return Out(SCOPE_UNAVAILABLE_EXIT, f"{launch.paths.scope_marker}\n")
         loop = asyncio.get_running_loop()
         self._subject_end = end = loop.create_future()
         if self.subject_after is not None:
@@ -201,16 +215,17 @@ class FakeSandbox:
         else:
             end.set_result(how)
 
-    async def _signal(self, sig: str, target: str) -> Out:
-        self.signals.append(f"{sig} {target}")
+    async def _signal(self, signal: Signal) -> Out:
+        self.signals.append(signal)
         self.signal_started.set()
+        sig = signal.signal
         if self.signal_mode == "hang":
             await self._release.wait()
         if self.signal_mode == "raise":
             raise engine_gone()
         if self.signal_mode == "fail":
             return Out(1, NO_SUCH_PROCESS)
-        if target.startswith("-"):
+        if signal.group:
             if not self._group_alive:
                 return Out(1, NO_SUCH_PROCESS)
             if sig in self.group_dies_on:
@@ -231,7 +246,7 @@ class FakeSandbox:
             await self._release.wait()
         if self.group_check == "odd":
             return Out(0, GROUP_NOT_PERMITTED)
-        return Out(0, GROUP_ALIVE if self._group_alive else GROUP_GONE)
+        return Out(0, GroupAlive.answer(alive=self._group_alive))
 
     # -- reading the record -------------------------------------------------------------------
 
@@ -241,7 +256,11 @@ class FakeSandbox:
 
     @property
     def subject_execs(self) -> list[Exec]:
-        return [e for e in self.execs if "exec sh -c" in e.command]
+        return [e for e in self.execs if isinstance(e.command, Launch)]
+
+    def execs_of(self, kind: type[object]) -> list[Exec]:
+        """The execs of one kind of command (`Signal`, `ProbeLeader`, ...), in order."""
+        return [e for e in self.execs if isinstance(e.command, kind)]
 
     def release(self) -> None:
         """The test is over: hung calls end, and so does a subject still running."""

@@ -2,11 +2,12 @@
 
 test_relay_fake.py drives the relay through faults only a fake makes on demand. This file
 shows that wherever the fake answers, it answers as the Docker sandbox does: the leader
-probe, a signal to the leader or its group, the group check, `id -u; id -g`, the launcher
+probe, a signal to the leader or its group, the group check, the user's ids, the launcher
 that cannot record its pid, an exec in a removed sandbox or with an engine that stopped
-answering. Each scenario runs against the fake and (marked `docker`) against a container of
-the example task's image, and checks both against the answers written down in
-fake_sandbox.py.
+answering. Each scenario sends the relay's own command values (`relay.commands`), which the
+fake answers by kind and the Docker sandbox runs as their sh, to the fake and (marked
+`docker`) to a container of the example task's image, and checks both against the answers
+the commands and fake_sandbox.py write down.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from orchestrator.backends.docker.sandbox import DockerSandbox
 from orchestrator.common.errors import SandboxError, SandboxNotFoundError
 from orchestrator.sandbox import SandboxSpec
 from relay import Ending, Relay, RelayPolicy
-from relay.launcher import LaunchPaths, launcher_script, leader_probe_script
-from relay.protocol import ExecOutput, RelaySandbox
+from relay.commands import GroupAlive, GroupState, Launch, ProbeLeader, Signal, UserIds
+from relay.launcher import LaunchPaths
+from relay.protocol import Command, ExecOutput, RelaySandbox
 from tests.conftest import EXAMPLES, TEST_OWNER, ensure_task_image
 from tests.relay.fake_sandbox import (
     GROUP_ALIVE,
@@ -55,10 +57,6 @@ def answer(got: ExecOutput) -> tuple[int | None, str]:
 
 def new_paths(state_dir: str = STATE_DIR) -> LaunchPaths:
     return LaunchPaths(state_dir, secrets.token_hex(8), "/tmp/out.txt", "/tmp/err.txt")
-
-
-def group_check(pid: int) -> str:
-    return f"kill -0 -{pid} 2>&1; echo rc=$?"  # the relay's own check (Relay._group_state)
 
 
 class Sandboxes:
@@ -94,9 +92,7 @@ class Sandboxes:
         self, sandbox: RelaySandbox, paths: LaunchPaths, subject: str
     ) -> asyncio.Future[ExecOutput]:
         """The launcher's exec, as the relay starts it (the image's own user)."""
-        launched = asyncio.ensure_future(
-            sandbox.exec(launcher_script(paths, subject, has_env=False))
-        )
+        launched = asyncio.ensure_future(sandbox.exec(Launch(paths, subject, has_env=False)))
         self.subjects.append(launched)
         return launched
 
@@ -128,7 +124,7 @@ async def real_sandboxes(config: TrialConfig) -> AsyncIterator[Sandboxes]:
 
 async def probe(sandbox: RelaySandbox, paths: LaunchPaths) -> ExecOutput:
     """The relay's leader probe, run as the relay runs it."""
-    return await sandbox.exec(leader_probe_script(paths), timeout_sec=10, user="root")
+    return await sandbox.exec(ProbeLeader(paths), timeout_sec=10, user="root")
 
 
 async def until_leader(sandbox: RelaySandbox, paths: LaunchPaths) -> int:
@@ -138,13 +134,15 @@ async def until_leader(sandbox: RelaySandbox, paths: LaunchPaths) -> int:
         got = await probe(sandbox, paths)
         if got.exit_code == 0:
             assert re.fullmatch(r"[0-9]+\n", got.output), got.output
-            return int(got.output)
+            pid = int(got.output)
+            assert got.output == ProbeLeader.answer(pid)
+            return pid
         assert time.monotonic() < deadline, f"no leader within {WITHIN} s: {answer(got)}"
         await asyncio.sleep(0.05)
 
 
 async def until_output(
-    sandbox: RelaySandbox, command: str, done: Callable[[str], bool]
+    sandbox: RelaySandbox, command: str | Command, done: Callable[[str], bool]
 ) -> ExecOutput:
     """Run `command` (as root) until its output satisfies `done`."""
     deadline = time.monotonic() + WITHIN
@@ -156,7 +154,7 @@ async def until_output(
         await asyncio.sleep(0.05)
 
 
-async def as_root(sandbox: RelaySandbox, command: str) -> ExecOutput:
+async def as_root(sandbox: RelaySandbox, command: str | Command) -> ExecOutput:
     return await sandbox.exec(command, timeout_sec=10, user="root")
 
 
@@ -173,9 +171,9 @@ async def test_the_leader_probe_prints_the_leaders_pid_only_while_it_runs(
     subject = sandboxes.launch(sandbox, paths, "sleep 600")
     pid = await until_leader(sandbox, paths)
     assert pid > 1
-    assert answer(await probe(sandbox, paths)) == (0, f"{pid}\n")
+    assert answer(await probe(sandbox, paths)) == (0, ProbeLeader.answer(pid))
 
-    assert answer(await as_root(sandbox, f"kill -KILL {pid}")) == (0, "")
+    assert answer(await as_root(sandbox, Signal("KILL", pid))) == (0, "")
     assert (await asyncio.wait_for(subject, WITHIN)).exit_code == SIGNAL_EXIT["KILL"]
     assert answer(await probe(sandbox, paths)) == (1, "")  # it ended: no leader again
 
@@ -183,7 +181,7 @@ async def test_the_leader_probe_prints_the_leaders_pid_only_while_it_runs(
 async def test_the_probed_pid_is_the_launchers_own_an_exec_d_group_leader(
     real_sandboxes: Sandboxes,
 ) -> None:
-    """What the fake's `pid_text` stands for: the pid the launcher recorded, of a process
+    """What the fake's `leader` stands for: the pid the launcher recorded, of a process
     `docker exec` started (PPid 0) that leads its own group."""
     sandbox = await real_sandboxes.make()
     paths = new_paths()
@@ -196,7 +194,7 @@ async def test_the_probed_pid_is_the_launchers_own_an_exec_d_group_leader(
     )
     assert recorded.output == f"{pid}\n"
     assert status.output.split() == ["PPid:", "0", str(pid)]  # exec'd, and its group's leader
-    await as_root(sandbox, f"kill -KILL -{pid}")
+    await as_root(sandbox, Signal("KILL", pid, group=True))
 
 
 # -- signals ------------------------------------------------------------------------------------
@@ -211,7 +209,7 @@ async def test_a_signal_to_the_leader_ends_the_launchers_exec_with_128_plus_its_
     subject = sandboxes.launch(sandbox, paths, "sleep 600")
     pid = await until_leader(sandbox, paths)
 
-    assert answer(await as_root(sandbox, f"kill -{signal} {pid}")) == (0, "")
+    assert answer(await as_root(sandbox, Signal(signal, pid))) == (0, "")
 
     assert answer(await asyncio.wait_for(subject, WITHIN)) == (SIGNAL_EXIT[signal], "")
     assert SIGNAL_EXIT[signal] == 128 + {"TERM": 15, "KILL": 9}[signal]
@@ -224,10 +222,10 @@ async def test_a_signal_to_a_leader_that_is_gone_fails_with_no_such_process(
     paths = new_paths()
     subject = sandboxes.launch(sandbox, paths, "sleep 600")
     pid = await until_leader(sandbox, paths)
-    await as_root(sandbox, f"kill -KILL {pid}")
+    await as_root(sandbox, Signal("KILL", pid))
     await asyncio.wait_for(subject, WITHIN)
 
-    assert answer(await as_root(sandbox, f"kill -TERM {pid}")) == (1, NO_SUCH_PROCESS)
+    assert answer(await as_root(sandbox, Signal("TERM", pid))) == (1, NO_SUCH_PROCESS)
 
 
 # -- the group check ----------------------------------------------------------------------------
@@ -241,13 +239,16 @@ async def test_the_group_check_reads_rc0_while_the_group_lives_and_no_such_proce
     subject = sandboxes.launch(sandbox, paths, "sleep 600 & sleep 600")
     pid = await until_leader(sandbox, paths)
 
-    assert answer(await as_root(sandbox, group_check(pid))) == (0, GROUP_ALIVE)
-    assert answer(await as_root(sandbox, f"kill -KILL -{pid}")) == (0, "")
+    alive = await as_root(sandbox, GroupAlive(pid))
+    assert answer(alive) == (0, GROUP_ALIVE)
+    assert GroupAlive.read(alive) is GroupState.ALIVE
+    assert answer(await as_root(sandbox, Signal("KILL", pid, group=True))) == (0, "")
     assert (await asyncio.wait_for(subject, WITHIN)).exit_code == SIGNAL_EXIT["KILL"]
     # Killed processes linger as zombies until reaped: the relay polls, and so does this.
-    gone = await until_output(sandbox, group_check(pid), lambda out: out != GROUP_ALIVE)
+    gone = await until_output(sandbox, GroupAlive(pid), lambda out: out != GROUP_ALIVE)
     assert answer(gone) == (0, GROUP_GONE)
-    assert answer(await as_root(sandbox, f"kill -KILL -{pid}")) == (1, NO_SUCH_PROCESS)
+    assert GroupAlive.read(gone) is GroupState.GONE
+    assert answer(await as_root(sandbox, Signal("KILL", pid, group=True))) == (1, NO_SUCH_PROCESS)
 
 
 async def test_a_group_check_without_the_right_to_signal_reads_operation_not_permitted(
@@ -259,10 +260,11 @@ async def test_a_group_check_without_the_right_to_signal_reads_operation_not_per
     sandboxes.launch(sandbox, paths, "sleep 600")  # root's group
     pid = await until_leader(sandbox, paths)
 
-    odd = await sandbox.exec(group_check(pid), timeout_sec=10, user="nobody")
+    odd = await sandbox.exec(GroupAlive(pid), timeout_sec=10, user="nobody")
 
     assert answer(odd) == (0, GROUP_NOT_PERMITTED)
-    await as_root(sandbox, f"kill -KILL -{pid}")
+    assert GroupAlive.read(odd) is GroupState.UNKNOWN  # neither alive nor gone
+    await as_root(sandbox, Signal("KILL", pid, group=True))
 
 
 # -- users --------------------------------------------------------------------------------------
@@ -271,8 +273,8 @@ async def test_a_group_check_without_the_right_to_signal_reads_operation_not_per
 @pytest.mark.parametrize(
     ("user", "expected"),
     [
-        ("root", (0, "0\n0\n")),
-        ("nobody", (0, "65534\n65534\n")),
+        ("root", (0, UserIds.answer(0, 0))),
+        ("nobody", (0, UserIds.answer(65534, 65534))),
         ("ghost", (126, unknown_user_output("ghost"))),
     ],
 )
@@ -281,7 +283,7 @@ async def test_id_prints_uid_and_gid_and_an_unknown_user_fails_the_exec(
 ) -> None:
     sandbox = await sandboxes.make()
 
-    got = answer(await sandbox.exec("id -u; id -g", timeout_sec=10, user=user))
+    got = answer(await sandbox.exec(UserIds(), timeout_sec=10, user=user))
     if user == "ghost" and got == (126, ""):
         # Docker's own exec failure races the output stream: under load the engine sometimes
         # ends the exec with 126 and no message (seen in a full run here). The exit code is
@@ -317,7 +319,7 @@ async def test_a_launcher_that_cannot_record_its_pid_exits_125_with_its_marker(
     sandbox = await sandboxes.make(scope_unavailable=True)
     paths = new_paths(state_dir)
 
-    ended = await sandbox.exec(launcher_script(paths, "touch /tmp/ran", has_env=False), user=user)
+    ended = await sandbox.exec(Launch(paths, "touch /tmp/ran", has_env=False), user=user)
 
     assert answer(ended) == (125, f"{paths.scope_marker}\n")
     outcome = await Relay(sandbox, policy=POLICY, state_dir=state_dir).run(
@@ -358,7 +360,7 @@ async def test_an_engine_that_stops_answering_raises_a_sandbox_error(
         monkeypatch.setattr(docker_api.docker_client().api, "exec_create", refused)
 
     with pytest.raises(SandboxError) as raised:
-        await as_root(sandbox, "kill -TERM 4242")
+        await as_root(sandbox, Signal("TERM", 4242))
 
     assert type(raised.value) is SandboxError  # not a NotFound: the sandbox may still be there
     assert "did not answer" in str(raised.value)

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -22,7 +23,8 @@ import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.backends.docker.sandbox import DockerSandbox, SandboxSpec
-from relay import Ending, Relay, RelayPolicy
+from orchestrator.sandbox import ExecResult
+from relay import Command, Ending, Relay, RelayPolicy
 from relay.launcher import SCOPE_MARKER
 from tests.conftest import EXAMPLES, TEST_IMAGE_PREFIX, ensure_task_image
 
@@ -273,7 +275,7 @@ class KeepSandbox:
         self.inner = inner
         self.destroy_calls = 0
 
-    async def exec(self, command: str, **kwargs):
+    async def exec(self, command: str | Command, **kwargs: Any) -> ExecResult:
         return await self.inner.exec(command, **kwargs)
 
     async def upload_file(self, path: str, data: bytes, **kwargs) -> None:

@@ -18,8 +18,9 @@ import pytest
 
 from orchestrator.common.errors import SandboxError
 from relay import Ending, Relay, RelayOutcome, RelayPolicy
+from relay.commands import Launch, ProbeLeader, RemoveFile, Signal, UserIds
 from relay.launcher import SCOPE_MARKER, SCOPE_UNAVAILABLE_EXIT
-from tests.relay.fake_sandbox import PID, PROBE_START, FakeSandbox, engine_gone
+from tests.relay.fake_sandbox import PID, FakeSandbox, engine_gone
 
 SECRET = "sk-relay-secret-987"
 COMMAND = "run-the-agent --fast"
@@ -106,8 +107,9 @@ async def test_the_subject_runs_the_launcher_once_as_the_given_user(fakes) -> No
     [subject] = fake.subject_execs
     assert subject.user == "agent"
     assert subject.timeout_sec is None  # the relay bounds it, not the exec
-    assert relay.paths.pid_file in subject.command
-    assert subject.command.rstrip().endswith(f"exec sh -c '{COMMAND}'")
+    assert subject.command == Launch(relay.paths, COMMAND, has_env=False)
+    assert relay.paths.pid_file in subject.shell
+    assert subject.shell.rstrip().endswith(f"exec sh -c '{COMMAND}'")
     with pytest.raises(RuntimeError, match="once"):
         await relay.run(COMMAND, timeout_sec=5)
 
@@ -148,14 +150,14 @@ async def test_timeout_with_a_cooperative_leader_keeps_the_sandbox(fakes) -> Non
     assert outcome.detail == "leader stopped by TERM"  # within the TERM grace: no KILL
     assert fake.destroy_calls == 0
     # Only the leader, never the group: `kill -TERM 4242`, not `kill -TERM -4242`.
-    assert fake.signals == [f"TERM {PID}"]
-    assert [e.command for e in fake.execs if e.command.startswith("kill")] == [f"kill -TERM {PID}"]
+    assert fake.signals == [Signal("TERM", PID)]
+    assert [e.shell for e in fake.execs_of(Signal)] == [f"kill -TERM {PID}"]
     assert fake.group_checks == 0
     assert outcome.stop_sec >= 0
     # The pid file is read as root, whoever the subject runs as.
-    reads = [e for e in fake.execs if e.command.startswith(PROBE_START)]
+    reads = fake.execs_of(ProbeLeader)
     assert reads and {e.user for e in reads} == {"root"}
-    assert all(relay.paths.pid_file in e.command for e in reads)
+    assert all(e.command == ProbeLeader(relay.paths) for e in reads)
 
 
 async def test_timeout_with_a_term_ignoring_leader_kills_it(fakes) -> None:
@@ -167,7 +169,7 @@ async def test_timeout_with_a_term_ignoring_leader_kills_it(fakes) -> None:
     assert outcome.exit_code == 124
     assert outcome.scoreable
     assert outcome.detail == "leader stopped by KILL"  # within the KILL grace
-    assert fake.signals == [f"TERM {PID}", f"KILL {PID}"]
+    assert fake.signals == [Signal("TERM", PID), Signal("KILL", PID)]
     assert fake.destroy_calls == 0
     assert outcome.stop_sec >= POLICY.term_grace - 0.05  # the TERM grace was given in full
 
@@ -185,14 +187,14 @@ async def test_a_leader_that_never_confirms_its_exit_fails_closed(fakes, signal_
     assert outcome.sandbox_destroyed and not outcome.scoreable
     assert fake.destroy_calls == 1 and fake.destroy_finished
     assert fake.subject_cancelled
-    assert fake.signals == [f"TERM {PID}", f"KILL {PID}"]
+    assert fake.signals == [Signal("TERM", PID), Signal("KILL", PID)]
     assert elapsed < TIMEOUT + POLICY.term_grace + POLICY.kill_grace + SLACK
 
 
-@pytest.mark.parametrize("pid_text", [None, "", "1", "0", "-5", "12 13", "abc"])
-async def test_timeout_without_a_usable_pid_fails_closed(fakes, pid_text) -> None:
+@pytest.mark.parametrize("leader", [None, "", 1, 0, "-5", "12 13", "abc"])
+async def test_timeout_without_a_usable_pid_fails_closed(fakes, leader) -> None:
     """Never `kill -TERM 1` (the sandbox's init) nor anything not a plain pid."""
-    fake = fakes(pid_text=pid_text)
+    fake = fakes(leader=leader)
 
     outcome = await make_relay(fake).run(COMMAND, timeout_sec=TIMEOUT)
 
@@ -226,8 +228,8 @@ async def test_host_abort_quiesces_the_group_and_destroys(fakes) -> None:
 
     await cancel_and_wait(task)
 
-    assert fake.signals == [f"TERM -{PID}"]
-    assert f"kill -TERM -{PID}" in [e.command for e in fake.execs]
+    assert fake.signals == [Signal("TERM", PID, group=True)]
+    assert [e.shell for e in fake.execs_of(Signal)] == [f"kill -TERM -{PID}"]
     assert fake.group_checks >= 1
     assert fake.destroy_calls == 1 and fake.destroy_finished
     outcome = relay.outcome
@@ -244,7 +246,7 @@ async def test_host_abort_kills_a_group_that_ignores_term(fakes) -> None:
 
     elapsed = await cancel_and_wait(task)
 
-    assert fake.signals == [f"TERM -{PID}", f"KILL -{PID}"]
+    assert fake.signals == [Signal("TERM", PID, group=True), Signal("KILL", PID, group=True)]
     assert relay.outcome is not None and relay.outcome.detail == "group quiesced"
     assert fake.destroy_calls == 1
     assert elapsed < POLICY.abort_term_quiet + POLICY.abort_kill_quiet + SLACK
@@ -257,7 +259,7 @@ async def test_host_abort_with_a_group_that_survives_kill_still_destroys(fakes) 
 
     await cancel_and_wait(task)
 
-    assert fake.signals == [f"TERM -{PID}", f"KILL -{PID}"]
+    assert fake.signals == [Signal("TERM", PID, group=True), Signal("KILL", PID, group=True)]
     assert relay.outcome is not None
     assert relay.outcome.ending is Ending.ABORTED
     assert relay.outcome.detail == "group still alive after KILL"
@@ -281,10 +283,10 @@ async def test_a_group_check_that_errors_is_never_quiet(fakes, group_check: str)
     assert fake.destroy_calls == 1 and fake.destroy_finished
 
 
-@pytest.mark.parametrize("pid_text", [None, "1"])
-async def test_host_abort_without_a_usable_pid_destroys(fakes, pid_text) -> None:
-    """No pid file, or one saying 1: `kill -TERM -1` would hit every process there is."""
-    fake = fakes(pid_text=pid_text)
+@pytest.mark.parametrize("leader", [None, 1])
+async def test_host_abort_without_a_usable_pid_destroys(fakes, leader) -> None:
+    """No leader found, or a probe saying 1: `kill -TERM -1` would hit every process there is."""
+    fake = fakes(leader=leader)
     relay = make_relay(fake)
     task = await start(relay)
 
@@ -351,7 +353,7 @@ async def test_a_cancel_during_timeout_cleanup_still_destroys(fakes) -> None:
     relay = make_relay(fake)
     task = asyncio.ensure_future(relay.run(COMMAND, timeout_sec=TIMEOUT))
     await asyncio.wait_for(fake.signal_started.wait(), 5)
-    assert fake.signals == [f"TERM {PID}"]  # the timeout path, not the abort path
+    assert fake.signals == [Signal("TERM", PID)]  # the timeout path, not the abort path
 
     elapsed = await cancel_and_wait(task)
 
@@ -371,7 +373,7 @@ async def test_a_second_cancel_during_abort_cleanup_still_destroys(fakes) -> Non
 
     task.cancel()
     await asyncio.wait_for(fake.signal_started.wait(), 5)
-    assert fake.signals == [f"TERM -{PID}"]
+    assert fake.signals == [Signal("TERM", PID, group=True)]
     elapsed = await cancel_and_wait(task)
 
     assert fake.destroy_calls == 1 and fake.destroy_finished
@@ -489,7 +491,8 @@ def test_each_launch_has_its_own_marker_and_files() -> None:
 
 def _secret_free(fake: FakeSandbox) -> None:
     for e in fake.execs:
-        assert SECRET not in e.command, e.command
+        assert SECRET not in e.shell, e.shell
+        assert SECRET not in repr(e.command), e.command
         assert SECRET not in repr(dict(e.env or {})), e.env
 
 
@@ -506,12 +509,13 @@ async def test_credentials_travel_only_in_a_0600_env_file(fakes) -> None:
     assert mode == 0o600
     # No user given: the subject runs as the image's own USER, whose ids are asked first.
     assert owner == (1000, 1000)
-    assert [e.user for e in fake.execs if e.command == "id -u; id -g"] == [""]
+    assert [e.user for e in fake.execs_of(UserIds)] == [""]
     assert SECRET.encode() in data
     [subject] = fake.subject_execs
     assert not subject.env
     # The launcher sources the file, then removes it before the subject starts.
-    script = subject.command
+    assert subject.command == Launch(relay.paths, COMMAND, has_env=True)
+    script = subject.shell
     env_file = relay.paths.env_file
     source_then_remove = f"set -a; . {env_file}; set +a; rm -f {env_file}\n"
     assert source_then_remove in script
@@ -535,7 +539,9 @@ async def test_without_credentials_no_env_file_is_made(fakes) -> None:
     await relay.run(COMMAND, timeout_sec=5)
 
     assert fake.uploads == []
-    assert f". {relay.paths.env_file}" not in fake.subject_execs[0].command
+    [subject] = fake.subject_execs
+    assert subject.command == Launch(relay.paths, COMMAND, has_env=False)
+    assert f". {relay.paths.env_file}" not in subject.shell
 
 
 async def test_a_failed_upload_removes_the_env_file(fakes) -> None:
@@ -547,7 +553,8 @@ async def test_a_failed_upload_removes_the_env_file(fakes) -> None:
         await relay.run(COMMAND, timeout_sec=5, env={"MY_API_KEY": SECRET})
 
     assert fake.removed == [relay.paths.env_file]
-    [rm] = [e for e in fake.execs if e.command.startswith("rm -f ")]
+    [rm] = fake.execs_of(RemoveFile)
+    assert rm.command == RemoveFile(relay.paths.env_file)
     assert rm.user == "root"
     assert fake.subject_execs == []
     _secret_free(fake)

@@ -3,10 +3,10 @@ on the fake backend: every way `trials/faults.py` judges a sandbox failure (`cla
 callers `after_agent`, `raise_if_going`, `explained`, `free_pids`, the relay's failing closed)
 lands the trial in the category, type, phase and `discardable` the rules give it.
 
-The engine's account is scripted: `Faults(health=...)` for what it says from the start (the
-relay's exec failing, then the engine asked), or a handler setting `sandbox.engine_health` at
-the moment it happens (the agent's or the verifier's doing). A new branch is one row of
-RULES. What the real engine reports for these is proven in tests/faults/.
+The engine's account is scripted: `FakeBackend(health=...)` for what it says from the start
+(the relay's exec failing through `Faults`, then the engine asked), or a handler setting
+`sandbox.engine_health` at the moment it happens (the agent's or the verifier's doing). A new
+branch is one row of RULES. What the real engine reports for these is proven in tests/faults/.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
-from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox, Faults
-from orchestrator.sandbox import Health
-from relay.launcher import SCOPE_MARKER
+from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox
+from orchestrator.backends.faults import Faults, FaultyBackend
+from orchestrator.sandbox import Backend, Health
+from orchestrator.sandbox.commands import PrepareVerifier
+from relay.commands import Launch, ProbeLeader, Signal
 from tests.conftest import write_task
 
 MEMORY_MB = 256
@@ -35,7 +37,8 @@ def toml_with(agent_timeout: float = 30, verifier_timeout: float = 30) -> str:
     )
 
 
-RESET = "rm -rf /logs/verifier"  # the verifier's setup (trials/verifier.py `_RESET`)
+RESET = PrepareVerifier  # the verifier's setup, as root
+SCOPE_MARKER = Launch  # the relay's launch of the agent
 
 # What the engine can say, by cause.
 UNKNOWN = Health(known=False)
@@ -69,8 +72,8 @@ class Rule:
     error_type: str | None = None
     phase: str | None = None
     says: str = ""  # in the error's message (or, scored, in a warning)
-    engine: Health | None = None  # Faults.health: the engine's account from the start
-    fails_on: str | None = None  # Faults.exec_fails_on: the engine fails this exec
+    engine: Health | None = None  # FakeBackend(health=): the engine's account from the start
+    fails_on: type | None = None  # Faults.exec_fails_on: the engine fails this kind of exec
     after_agent: Health | None = None  # the engine's account once the agent's work is done
     agent_exit: int = 0
     agent_sec: float = 0.0  # the agent's own time after that (past the timeout: stopped)
@@ -158,7 +161,7 @@ RULES = [
 ]  # fmt: skip
 
 
-def backend_for(rule: Rule) -> FakeBackend:
+def backend_for(rule: Rule) -> tuple[Backend, FakeBackend]:
     async def agent(sandbox: FakeSandbox, call: ExecCall) -> int:
         await call.sh("echo 42 > /app/answer.txt")
         if rule.after_agent is not None:
@@ -174,8 +177,8 @@ def backend_for(rule: Rule) -> FakeBackend:
             sandbox.engine_health = rule.after_verifier
         return rule.verifier_exit
 
-    faults = Faults(health=rule.engine, exec_fails_on=rule.fails_on)
-    return FakeBackend(Limits(), agent=agent, verifier=verifier, faults=faults)
+    fake = FakeBackend(Limits(), agent=agent, verifier=verifier, health=rule.engine)
+    return FaultyBackend(fake, Faults(exec_fails_on=rule.fails_on)), fake
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[rule.id for rule in RULES])
@@ -184,7 +187,7 @@ async def test_each_sandbox_failure_lands_where_the_category_rules_put_it(
 ) -> None:
     task = write_task(tmp_path / "tasks", "rules", task_toml=rule.task_toml)
     config = TrialConfig(jobs_dir=tmp_path / "jobs", backend={"type": "fake"})  # default limits
-    backend = backend_for(rule)
+    backend, fake = backend_for(rule)
 
     result = await run_trial(task, "command:solve", config=config, backend=backend)
 
@@ -207,7 +210,7 @@ async def test_each_sandbox_failure_lands_where_the_category_rules_put_it(
             assert [w for w in result.warnings if DISK_SAYS in w], result.warnings
     if rule.ended is not None:
         assert result.agent.termination == rule.ended, result.agent
-    assert all(sandbox.destroyed for sandbox in backend.created)
+    assert all(sandbox.destroyed for sandbox in fake.created)
 
 
 async def test_an_agent_holding_every_pid_at_its_timeout_is_stopped_from_the_host_at_once(
@@ -218,14 +221,14 @@ async def test_an_agent_holding_every_pid_at_its_timeout_is_stopped_from_the_hos
     rule = next(rule for rule in RULES if rule.id == "agent-timeout/pids-taken")
     task = write_task(tmp_path / "tasks", "rules", task_toml=rule.task_toml)
     config = TrialConfig(jobs_dir=tmp_path / "jobs", backend={"type": "fake"})  # default limits
-    backend = backend_for(rule)
+    backend, fake = backend_for(rule)
 
     result = await run_trial(task, "command:solve", config=config, backend=backend)
 
     assert (result.status, result.reward, result.agent.termination) == ("success", 1.0, "timeout")
     assert "every process was killed from the host" in result.agent.detail
-    (sandbox,) = backend.created
-    tried = [command for command in sandbox.execs if command.startswith(("is_leader", "kill"))]
+    (sandbox,) = fake.created
+    tried = [command for command in sandbox.execs if isinstance(command, ProbeLeader | Signal)]
     assert tried == [], tried
 
 

@@ -1,6 +1,7 @@
 """What only the fake backend promises, which the trial tests here stand on: single-flight
-"builds" and content-hash tags, its refusals, the scripting hooks, and the edges of its shell
-vocabulary (what it refuses loudly rather than misread). What it shares with Docker is the
+"builds" and content-hash tags, its refusals, the scripting hooks, trialbox's commands
+answered by kind, the few words of sh and what it refuses loudly rather than misread, and the
+fault wrapper over it. What it shares with Docker is the
 conformance suite's (tests/conformance)."""
 
 from __future__ import annotations
@@ -12,27 +13,29 @@ from typing import Any
 import pytest
 
 from orchestrator import Limits, TrialConfig
-from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox, Faults
+from orchestrator.backends import build_backend
+from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox
+from orchestrator.backends.faults import Faults, FaultyBackend
 from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
-from orchestrator.sandbox import SandboxSpec
+from orchestrator.sandbox import Backend, SandboxSpec
+from orchestrator.sandbox.commands import PathExists, RunVerifier, StartForwarder
 from orchestrator.tasks.task import load_task
-from orchestrator.trials.verifier import run_line
+from relay.commands import UserIds
 from tests.conftest import write_task
 
 
-async def made(backend: FakeBackend, tmp_path: Path, **task: Any) -> FakeSandbox:
+async def made(backend: Backend, tmp_path: Path, **task: Any) -> Any:
     built = await backend.ensure_image(load_task(write_task(tmp_path, "t", **task)))
     sandbox = await backend.create_sandbox(
         SandboxSpec(image=built.tag, trial_id="t-1", job_id="j-1", owner="me")
     )
-    assert isinstance(sandbox, FakeSandbox)
     return sandbox
 
 
 async def test_a_config_naming_the_fake_builds_it() -> None:
     config = TrialConfig(backend={"type": "fake"})
 
-    assert isinstance(config.backend.build(Limits()), FakeBackend)
+    assert isinstance(build_backend(config.backend, Limits()), FakeBackend)
 
 
 async def test_concurrent_requests_for_one_image_share_one_build(tmp_path: Path) -> None:
@@ -86,8 +89,10 @@ async def test_an_unknown_image_and_a_taken_name_are_refused(tmp_path: Path) -> 
         await sandbox.destroy()
 
 
-@pytest.mark.parametrize("command", ["echo a | cat", "sleep 1 &"])
-async def test_pipes_and_background_jobs_are_refused_loudly(tmp_path: Path, command: str) -> None:
+@pytest.mark.parametrize(
+    "command", ["echo a | cat", "sleep 1 &", "echo $(id -u)", "if true; then echo y; fi"]
+)
+async def test_more_sh_than_the_few_words_is_refused_loudly(tmp_path: Path, command: str) -> None:
     sandbox = await made(FakeBackend(), tmp_path)
     try:
         result = await sandbox.exec(command)
@@ -95,22 +100,46 @@ async def test_pipes_and_background_jobs_are_refused_loudly(tmp_path: Path, comm
         await sandbox.destroy()
 
     assert result.exit_code == 2
-    assert "not in the vocabulary" in result.output
+    assert "not in the fake's few words of sh" in result.output
 
 
-async def test_quoting_substitution_and_exit_in_a_subshell(tmp_path: Path) -> None:
+async def test_the_few_words_quote_expand_chain_redirect_and_run_scripts(tmp_path: Path) -> None:
+    script = b"#!/bin/sh\necho in $GREETING\nexit 5\necho never\n"
     sandbox = await made(FakeBackend(), tmp_path)
     try:
-        quoted = await sandbox.exec("""echo "a'b" 'c"d' e\\ f "$(echo in; exit 5)" after""")
-        python = await sandbox.exec("echo '#!/usr/bin/env python3' > /tmp/p && chmod +x /tmp/p")
-        refused = await sandbox.exec("/tmp/p")
+        await sandbox.upload_file("/tmp/s.sh", script, mode=0o755)
+        quoted = await sandbox.exec(
+            """echo "a'b $X" '$X c"d' ${X}; false || echo rc=$? && echo "rc=$?" >&2""",
+            env={"X": "x y"},
+        )
+        written = await sandbox.exec("echo one > /tmp/f; echo two >> /tmp/f; cat /tmp/f")
+        child = await sandbox.exec("sh /tmp/s.sh; echo after $?", env={"GREETING": "hi"})
+        unknown = await sandbox.exec("python3 -c 'print(1)'")
     finally:
         await sandbox.destroy()
 
-    assert quoted.output == "a'b c\"d e f in after\n"  # exit ended only the $(…)
-    assert python.exit_code == 0
-    assert refused.exit_code == 127  # the fake has no interpreter but the shell
-    assert "python3: not found" in refused.output
+    assert quoted.output == "a'b x y $X c\"d x y\nrc=1\nrc=0\n"
+    assert written.output == "one\ntwo\n"
+    assert child.output == "in hi\nafter 5\n"  # exit ended only the script
+    assert unknown.exit_code == 127
+    assert "python3: not found" in unknown.output
+
+
+async def test_trialbox_s_own_commands_are_answered_by_kind(tmp_path: Path) -> None:
+    sandbox = await made(FakeBackend(), tmp_path)
+    try:
+        ids = await sandbox.exec(UserIds(), user="nobody")
+        there = await sandbox.exec(PathExists(sandbox.workdir))
+        missing = await sandbox.exec(PathExists("/nowhere"))
+        no_forwarder = await sandbox.exec(StartForwarder("/run/socket"))
+        with pytest.raises(SandboxError, match="does not know"):
+            await sandbox.exec(object())  # a command of no kind
+    finally:
+        await sandbox.destroy()
+
+    assert UserIds.read(ids) == (65534, 65534)
+    assert (there.exit_code, missing.exit_code) == (0, 1)
+    assert no_forwarder.exit_code == 127
 
 
 async def test_a_user_the_image_does_not_have_exits_126_with_the_engine_s_words(
@@ -135,10 +164,10 @@ async def test_a_handler_s_result_is_the_exit_code_and_its_sandbox_error_the_exe
         calls.append(call.command)
         if call.env.get("MODE") == "raise":
             raise SandboxError("the engine went away")
-        call.print(f"as {call.user.name} in {call.workdir}\n")
+        call.print(f"as {call.user} in {call.workdir}\n")
         return None if call.env.get("MODE") == "none" else 5
 
-    run = run_line("trialbox-reward-test")
+    run = RunVerifier("trialbox-reward-test")
     sandbox = await made(FakeBackend(verifier=verifier), tmp_path)
     try:
         sandbox.files.put_dir("/logs/verifier", mode=0o777)
@@ -156,20 +185,21 @@ async def test_a_handler_s_result_is_the_exit_code_and_its_sandbox_error_the_exe
 
 
 async def test_an_injected_exec_fault_hits_only_matching_commands(tmp_path: Path) -> None:
-    sandbox = await made(FakeBackend(faults=Faults(exec_fails_on="boom")), tmp_path)
+    backend = FaultyBackend(FakeBackend(), Faults(exec_fails_on=PathExists))
+    sandbox = await made(backend, tmp_path)
     try:
         fine = await sandbox.exec("echo fine")
         with pytest.raises(SandboxError, match="injected fault"):
-            await sandbox.exec("echo boom")
+            await sandbox.exec(PathExists("/tmp"))
     finally:
         await sandbox.destroy()
 
     assert fine.output == "fine\n"
-    assert sandbox.execs == ["echo fine", "echo boom"]
+    assert sandbox.execs == ["echo fine"]  # the failed exec never reached the sandbox
 
 
 async def test_a_failed_destroy_keeps_the_sandbox_usable_and_listed(tmp_path: Path) -> None:
-    backend = FakeBackend(faults=Faults(destroy_fails=True))
+    backend = FaultyBackend(FakeBackend(), Faults(destroy_fails=True))
     sandbox = await made(backend, tmp_path)
 
     with pytest.raises(SandboxError, match="injected fault"):
@@ -177,7 +207,7 @@ async def test_a_failed_destroy_keeps_the_sandbox_usable_and_listed(tmp_path: Pa
     with pytest.raises(SandboxError, match="injected fault"):
         await sandbox.destroy()  # the same failed removal, reported again
 
-    assert sandbox.destroyed and sandbox.present
+    assert sandbox.present
     assert (await sandbox.exec("true")).exit_code == 0
     leftovers = await backend.find_leftovers(owner="me")
     assert await backend.remove_leftovers(leftovers) == 1

@@ -47,6 +47,7 @@ from orchestrator.sandbox import (
     ImageDefaults,
     SandboxSpec,
 )
+from orchestrator.sandbox.commands import SandboxCommand, shell_of
 
 
 def _bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
@@ -197,7 +198,7 @@ class DockerSandbox:
 
     async def exec(
         self,
-        command: str,
+        command: SandboxCommand,
         *,
         timeout_sec: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -205,9 +206,10 @@ class DockerSandbox:
         workdir: str | None = None,
         output_cap: int | None = None,
     ) -> ExecResult:
-        """Run `sh -c command`; bounded inside the container and, as a backstop, on the host."""
+        """Run `sh -c command` (a command value rendered to sh); bounded inside the container
+        and, as a backstop, on the host."""
         limits = self.limits
-        argv = _bounded_command(command, timeout_sec, limits.exec_kill_after_sec)
+        argv = _bounded_command(shell_of(command), timeout_sec, limits.exec_kill_after_sec)
         cap = output_cap or limits.exec_output_cap_bytes
         started = time.monotonic()
         backstop = (

@@ -1,11 +1,13 @@
 """The fake backend: a trial's phases with no engine, in milliseconds.
 
-Images are content-hash tags (nothing is built), sandboxes live in memory, commands run
-through a tiny shell or a test's handler, and faults the real engine cannot produce on
-demand are one flag away. It keeps the Docker backend's contract where trialbox relies on
-it: single-flight "builds" ("built" once, "cached" after), one sandbox name per trial, a
-refused network mode, and leftovers found and removed by owner and job. Unlike Docker's
-labels, which any process can list, a fake backend only knows the sandboxes it made itself.
+Images are content-hash tags (nothing is built), sandboxes live in memory, trialbox's own
+commands are answered by kind and the task's text runs through a few words of sh or a test's
+handler; the engine's account of a sandbox (an OOM, a kill from outside) is one argument
+away. Failing engine calls are `backends/faults.py`'s wrapper, over this backend or any.
+It keeps the Docker backend's contract where trialbox relies on it: single-flight "builds"
+("built" once, "cached" after), one sandbox name per trial, a refused network mode, and
+leftovers found and removed by owner and job. Unlike Docker's labels, which any process can
+list, a fake backend only knows the sandboxes it made itself.
 
 `FakeBackend` is the package's backend, exported with `FakeSandbox` and the scripting names on
 first use (`backends/fake/__init__.py`).
@@ -19,18 +21,14 @@ from collections.abc import Mapping
 
 from orchestrator.backends.fake.images import FakeImage, plan_image
 from orchestrator.backends.fake.sandbox import FakeSandbox
-from orchestrator.backends.fake.scripting import Faults, Handler, Scripts
+from orchestrator.backends.fake.script import Handler
 from orchestrator.backends.fake.users import DEFAULT_USERS, Identity
-from orchestrator.common.errors import (
-    ImageBuildError,
-    SandboxConflictError,
-    SandboxError,
-    SandboxNotFoundError,
-)
+from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
 from orchestrator.common.limits import Limits
 from orchestrator.sandbox import (
     Backend,
     Capabilities,
+    Health,
     ImageOutcome,
     ImagePlan,
     Leftover,
@@ -43,7 +41,8 @@ from orchestrator.tasks.task import Task
 
 class FakeBackend(Backend):
     """Sandboxes in memory. One instance serves many trials; the tests' scripting hooks
-    (`agent`, `verifier`, `faults`) apply to every sandbox it makes."""
+    (`agent`, `verifier`, and `health`: the engine's account from the start) apply to every
+    sandbox it makes."""
 
     name = "fake"
 
@@ -53,7 +52,7 @@ class FakeBackend(Backend):
         *,
         agent: Handler | None = None,
         verifier: Handler | None = None,
-        faults: Faults | None = None,
+        health: Health | None = None,
         network_modes: frozenset[str] = frozenset({"none", "bridge"}),
         users: tuple[Identity, ...] = DEFAULT_USERS,
         build_sec: float = 0.0,
@@ -63,7 +62,7 @@ class FakeBackend(Backend):
         image_warnings: tuple[str, ...] = (),
     ) -> None:
         self.limits = limits or Limits()
-        self.scripts = Scripts(agent=agent, verifier=verifier, faults=faults or Faults())
+        self.agent, self.verifier, self.health = agent, verifier, health
         self.users = users
         self.build_sec = build_sec  # how long a "build" takes, to make single-flight visible
         self.builds = 0  # how many builds ran
@@ -92,8 +91,6 @@ class FakeBackend(Backend):
     async def _build(self, plan: FakeImage) -> None:
         self.builds += 1
         await asyncio.sleep(self.build_sec)
-        if self.scripts.faults.build_fails:
-            raise ImageBuildError(f"building {plan.tag} failed", "injected fault")
         self._images[plan.tag] = plan
 
     async def ensure_image(
@@ -142,8 +139,6 @@ class FakeBackend(Backend):
         if spec.gpus and not self._capabilities.gpus:
             raise SandboxError(f"{what}: the {self.name} backend has no GPUs")
         await asyncio.sleep(0)
-        if self.scripts.faults.create_fails:
-            raise SandboxError(f"{what}: injected fault (the engine failed the create)")
         image = self._images.get(spec.image)
         if image is None:
             raise SandboxNotFoundError(f"{what}: not found (no such image in this backend)")
@@ -151,7 +146,8 @@ class FakeBackend(Backend):
             raise SandboxConflictError(f"{what}: conflict: the name {spec.name} is in use")
         sandbox = FakeSandbox(
             spec, image, capabilities=self._capabilities, limits=self.limits,
-            scripts=self.scripts, users=self.users, on_removed=self._removed,
+            agent=self.agent, verifier=self.verifier, health=self.health, users=self.users,
+            on_removed=self._removed,
         )  # fmt: skip
         sandbox.has_runtime = self.runtime != "absent"
         self._present[spec.name] = sandbox

@@ -1,18 +1,25 @@
-"""The fake sandbox's filesystem: files and folders in memory, with modes and numeric owners.
+"""The fake sandbox's filesystem: files and folders in memory, each with a mode and a numeric
+owner that uploads keep and downloads carry. Permissions are not enforced (the engine's are
+proven on Docker); there are no symlinks. Errors are the builtin `OSError`s.
 
-Just enough of a POSIX tree for trialbox's own file traffic (archive copies, in
-`archives.py`; a shell's redirections) and for the permission checks its security
-guarantees rest on: a user other than root cannot read a root-only file, enter a 0700
-folder, or write into a folder that is not theirs. There are no symlinks, no sticky-bit or
-umask subtleties, no timestamps. Errors are the builtin `OSError`s with the words `sh`
-would print (`strerror`).
+Archives in and out behave as the engine's copies: an upload keeps each member's mode and
+owner (an existing folder takes the archive's), links and special files are skipped; a
+download names members from the copied path's last component and is unpacked on the host by
+`common.archive.extract_stream`, the very function the Docker backend uses, so the cap and
+its truncation note are the same.
 """
 
 from __future__ import annotations
 
 import errno
+import io
+import os
 import posixpath
+import tarfile
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.common.archive import extract_stream, tar_of_files
 
 Who = tuple[int, int]
 ROOT: Who = (0, 0)
@@ -29,32 +36,8 @@ class Node:
     data: bytearray = field(default_factory=bytearray)
 
 
-_WORDS = {
-    errno.ENOENT: "No such file or directory",
-    errno.EACCES: "Permission denied",
-    errno.EISDIR: "Is a directory",
-    errno.ENOTDIR: "Not a directory",
-    errno.EEXIST: "File exists",
-    errno.EPERM: "Operation not permitted",
-}
-
-
 def _error(kind: type[OSError], code: int, path: str) -> OSError:
-    return kind(code, _WORDS[code], path)
-
-
-def _allows(node: Node, who: Who, bit: int) -> bool:
-    """Whether `who` has permission `bit` (4 read, 2 write, 1 execute) on `node`."""
-    uid, gid = who
-    if bit == 0:
-        return True
-    if uid == 0:  # root passes every check except executing a file with no x bit at all
-        return bit != 1 or node.is_dir or bool(node.mode & 0o111)
-    if uid == node.owner[0]:
-        return bool(node.mode >> 6 & bit)
-    if gid == node.owner[1]:
-        return bool(node.mode >> 3 & bit)
-    return bool(node.mode & bit)
+    return kind(code, os.strerror(code), path)
 
 
 class FakeFiles:
@@ -77,112 +60,57 @@ class FakeFiles:
         node = self.get(path)
         return node is not None and node.is_dir
 
-    def _reach(self, path: str, who: Who) -> Node | None:
-        """The node at `path` after checking `who` may enter every folder on the way."""
-        path = self.norm(path)
-        parent = posixpath.dirname(path)
-        walked = "/"
-        for part in [p for p in parent.split("/") if p]:
-            walked = posixpath.join(walked, part)
-            node = self._nodes.get(walked)
-            if node is None:
-                raise _error(FileNotFoundError, errno.ENOENT, path)
-            if not node.is_dir:
-                raise _error(NotADirectoryError, errno.ENOTDIR, path)
-        for folder in _ancestors(parent):
-            if not _allows(self._nodes[folder], who, 1):
-                raise _error(PermissionError, errno.EACCES, path)
-        return self._nodes.get(path)
-
-    def check(self, path: str, who: Who, bit: int) -> Node:
-        """The node at `path`, if `who` has permission `bit` on it."""
-        node = self._reach(path, who)
+    def read(self, path: str) -> bytes:
+        node = self.get(path)
         if node is None:
-            raise _error(FileNotFoundError, errno.ENOENT, self.norm(path))
-        if not _allows(node, who, bit):
-            raise _error(PermissionError, errno.EACCES, self.norm(path))
-        return node
-
-    def read(self, path: str, who: Who = ROOT) -> bytes:
-        node = self.check(path, who, 4)
+            raise _error(FileNotFoundError, errno.ENOENT, path)
         if node.is_dir:
-            raise _error(IsADirectoryError, errno.EISDIR, self.norm(path))
+            raise _error(IsADirectoryError, errno.EISDIR, path)
         return bytes(node.data)
 
-    def open_for_write(self, path: str, who: Who, *, append: bool = False) -> str:
-        """Create or truncate a file as `who` would with `>` (or `>>`); returns its path."""
+    def write(self, path: str, data: bytes, *, append: bool = False, owner: Who = ROOT) -> None:
+        """Write (or append to) a file whose folder exists, as `>` and `>>` do."""
         path = self.norm(path)
-        node = self._reach(path, who)
-        if node is None:
-            parent = self._nodes.get(posixpath.dirname(path))
-            if parent is None or not parent.is_dir:
-                raise _error(FileNotFoundError, errno.ENOENT, path)
-            if not _allows(parent, who, 2):
-                raise _error(PermissionError, errno.EACCES, path)
-            self._nodes[path] = Node(False, 0o644, who)
-        elif node.is_dir:
-            raise _error(IsADirectoryError, errno.EISDIR, path)
-        elif not _allows(node, who, 2):
-            raise _error(PermissionError, errno.EACCES, path)
-        elif not append and path != DEV_NULL:
-            node.data.clear()
-        return path
-
-    def append(self, path: str, data: bytes) -> None:
-        """Write through an open file. A file removed meanwhile swallows the bytes, as an
-        unlinked file still open would."""
         node = self._nodes.get(path)
-        if node is not None and not node.is_dir and path != DEV_NULL:
-            node.data += data
+        if node is None:
+            if not self.is_dir(posixpath.dirname(path)):
+                raise _error(FileNotFoundError, errno.ENOENT, path)
+            node = self._nodes[path] = Node(False, 0o644, owner)
+        if node.is_dir:
+            raise _error(IsADirectoryError, errno.EISDIR, path)
+        if path != DEV_NULL:
+            node.data[:] = node.data + data if append else data
 
-    def mkdir(
-        self, path: str, who: Who = ROOT, *, parents: bool = False, mode: int = 0o755
-    ) -> None:
+    def mkdir(self, path: str, *, parents: bool = False, owner: Who = ROOT) -> None:
         path = self.norm(path)
-        if parents and posixpath.dirname(path) != path and not self.is_dir(posixpath.dirname(path)):
-            self.mkdir(posixpath.dirname(path), who, parents=True, mode=mode)
-        node = self._reach(path, who)
-        if node is not None:
-            if parents and node.is_dir:
-                return
+        if self.is_dir(path) and parents:
+            return
+        if path in self._nodes:
             raise _error(FileExistsError, errno.EEXIST, path)
-        parent = self._nodes.get(posixpath.dirname(path))
-        if parent is None:
-            raise _error(FileNotFoundError, errno.ENOENT, path)
-        if not _allows(parent, who, 2):
-            raise _error(PermissionError, errno.EACCES, path)
-        self._nodes[path] = Node(True, mode, who)
+        if not self.is_dir(posixpath.dirname(path)):
+            if not parents:
+                raise _error(FileNotFoundError, errno.ENOENT, path)
+            self.mkdir(posixpath.dirname(path), parents=True, owner=owner)
+        self._nodes[path] = Node(True, 0o755, owner)
 
-    def remove(self, path: str, who: Who = ROOT, *, recursive: bool = False) -> None:
+    def remove(self, path: str, *, recursive: bool = False) -> None:
         path = self.norm(path)
-        node = self._reach(path, who)
+        node = self._nodes.get(path)
         if node is None or path == "/":
             raise _error(FileNotFoundError, errno.ENOENT, path)
         if node.is_dir and not recursive:
             raise _error(IsADirectoryError, errno.EISDIR, path)
-        if not _allows(self._nodes[posixpath.dirname(path)], who, 2):
-            raise _error(PermissionError, errno.EACCES, path)
         for name in [n for n in self._nodes if n == path or n.startswith(path + "/")]:
             del self._nodes[name]
 
-    def chmod(self, path: str, mode: int, who: Who = ROOT) -> None:
-        node = self.check(path, who, 0)
-        if who[0] not in (0, node.owner[0]):
-            raise _error(PermissionError, errno.EPERM, self.norm(path))
-        node.mode = mode
-
     def put(self, path: str, data: bytes, *, mode: int = 0o644, owner: Who = ROOT) -> None:
-        """Write a file as the engine does for an upload: parents made (root, 0755), no checks."""
+        """Write a file as the engine does for an upload: parents made (root, 0755)."""
         path = self.norm(path)
         self._make_parents(path)
         self._nodes[path] = Node(False, mode, owner, bytearray(data))
 
-    def _make_parents(self, path: str) -> None:
-        for folder in reversed(list(_ancestors(posixpath.dirname(path)))):
-            self._nodes.setdefault(folder, Node(True, 0o755, ROOT))
-
     def put_dir(self, path: str, *, mode: int = 0o755, owner: Who = ROOT) -> None:
-        """Make (or re-own) a folder as the engine does for an upload: no checks."""
+        """Make (or re-own) a folder as the engine does for an upload."""
         path = self.norm(path)
         self._make_parents(path)
         node = self._nodes.get(path)
@@ -190,6 +118,12 @@ class FakeFiles:
             node.mode, node.owner = mode, owner
         else:
             self._nodes[path] = Node(True, mode, owner)
+
+    def _make_parents(self, path: str) -> None:
+        folder = posixpath.dirname(path)
+        while folder not in self._nodes:
+            self._nodes[folder] = Node(True, 0o755, ROOT)
+            folder = posixpath.dirname(folder)
 
     def walk(self, path: str) -> list[tuple[str, Node]]:
         """`path` and everything under it, sorted; FileNotFoundError when it is not there."""
@@ -200,11 +134,39 @@ class FakeFiles:
         return [(name, self._nodes[name]) for name in sorted(inside)]
 
 
-def _ancestors(folder: str) -> list[str]:
-    """`folder` and every folder above it, from the deepest up to `/`."""
-    found = []
-    while True:
-        found.append(folder)
-        if folder == "/":
-            return found
-        folder = posixpath.dirname(folder)
+def extract_tar(files: FakeFiles, tar_bytes: bytes, at: str) -> None:
+    """Unpack a tar at folder `at`; FileNotFoundError when `at` is not a folder."""
+    if not files.is_dir(at):
+        raise FileNotFoundError(2, "No such file or directory", files.norm(at))
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as archive:
+        for member in archive:
+            target = files.norm(member.name, files.norm(at))
+            owner = (member.uid, member.gid)
+            if member.isdir():
+                files.put_dir(target, mode=member.mode, owner=owner)
+            elif member.isfile():
+                source = archive.extractfile(member)
+                assert source is not None
+                files.put(target, source.read(), mode=member.mode, owner=owner)
+
+
+def tar_of(files: FakeFiles, path: str) -> bytes:
+    """A tar of `path` named from its last component; FileNotFoundError when it is missing."""
+    base = posixpath.dirname(files.norm(path))
+    contents: dict[str, bytes | tuple[bytes, int]] = {}
+    dirs: dict[str, int] = {}
+    for name, node in files.walk(path):
+        relative = posixpath.relpath(name, base)
+        if node.is_dir:
+            dirs[relative] = node.mode
+        else:
+            contents[relative] = (bytes(node.data), node.mode)
+    return tar_of_files(contents, dirs=dirs)
+
+
+def write_capped(archive: bytes, dest: Path, *, file_cap: int) -> list[str]:
+    """Unpack a tar made by `tar_of` into the host folder `dest`, each file cut at `file_cap`
+    with the archive module's note; returns the files cut. Blocking host work:
+    run it off the loop."""
+    dest.mkdir(parents=True, exist_ok=True)
+    return extract_stream([archive], dest, file_cap=file_cap)

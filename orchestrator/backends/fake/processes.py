@@ -1,11 +1,10 @@
 """The fake sandbox's process table: every exec is a process with a pid that signals reach.
 
-In a container, `timeout -k` bounds an exec from inside and `kill` acts on real processes.
-Here an exec's work is an asyncio task: the in-sandbox timeout is an `asyncio.timeout` inside
-that task (exit 124, `timed_out` set only when it fired), and a signal cancels the task and
-is remembered, so the exec reports 128+N as a shell would. A process outlives a caller that
+An exec's work is an asyncio task: the in-sandbox timeout is an `asyncio.timeout` inside it
+(exit 124, `timed_out` set only when it fired), and a signal cancels the task and is
+remembered, so the exec reports 128+N as a shell would. A process outlives a caller that
 stops waiting for it (as a process outlives a dropped `docker exec` client) and ends with the
-sandbox.
+sandbox. A process is its own group: the fake has no background children.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ KILLED_EXIT = 128 + SIGNALS["KILL"]  # what `timeout -k` exits with when TERM wa
 
 @dataclass
 class Process:
-    """One exec's work. `leader` marks a subject started by the relay's launcher."""
+    """One exec's work. `leader` marks a subject started by the relay's launch."""
 
     pid: int
     leader: bool
@@ -39,12 +38,10 @@ class Process:
 class ProcessTable:
     """The live processes of one sandbox, by pid."""
 
-    def __init__(self, first_pid: int = 100) -> None:
+    def __init__(self, *, kill_after: float = 5.0, first_pid: int = 100) -> None:
         self._next_pid = first_pid
         self._live: dict[int, Process] = {}
-        # Fault injection: a leader that survives TERM (only KILL ends it).
-        self.leaders_ignore_term = False
-        self.kill_after = 5.0  # `timeout -k`: KILL this long after a TERM that was ignored
+        self.kill_after = kill_after  # `timeout -k`: KILL this long after an ignored TERM
 
     def start(
         self,
@@ -80,10 +77,10 @@ class ProcessTable:
             proc.limit = None
 
     def ignore(self, pid: int, name: str) -> None:
-        """`trap '' NAME` in process `pid`: a TERM-ignoring process is ended by the timeout's
-        KILL, `kill_after` seconds past its limit (137), as `timeout -k` does."""
+        """`trap '' TERM` in process `pid`: its timeout's KILL ends it `kill_after` seconds
+        past its limit (137), as `timeout -k` does."""
         proc = self._live.get(pid)
-        if proc is None or name not in ("TERM", str(SIGNALS["TERM"])) or proc.ignores_term:
+        if proc is None or name not in ("TERM", "15") or proc.ignores_term:
             return
         proc.ignores_term = True
         deadline = proc.limit.when() if proc.limit is not None else None
@@ -97,21 +94,17 @@ class ProcessTable:
     def leaders(self) -> list[Process]:
         return [p for p in self._live.values() if p.leader and p.alive]
 
-    def signal(self, pid: int, group: bool, name: str) -> bool:
-        """Send signal `name` to `pid` (or its group: a process here is its own group).
-
-        False when there is no such live process or no such signal. Signal 0 only asks
-        whether the process is there."""
+    def alive(self, pid: int) -> bool:
         proc = self._live.get(pid)
-        if proc is None or not proc.alive:
+        return proc is not None and proc.alive
+
+    def signal(self, pid: int, name: str) -> bool:
+        """Send signal `name` to `pid`; False when there is no such live process or signal."""
+        proc = self._live.get(pid)
+        number = SIGNALS.get(name)
+        if proc is None or not proc.alive or number is None:
             return False
-        if name == "0":
-            return True
-        number = SIGNALS.get(name) or (int(name) if name.isdigit() else None)
-        if number is None:
-            return False
-        ignored = proc.ignores_term or (proc.leader and self.leaders_ignore_term)
-        if number == SIGNALS["TERM"] and ignored:
+        if number == SIGNALS["TERM"] and proc.ignores_term:
             return True
         proc.signal = number
         assert proc.task is not None

@@ -1,0 +1,196 @@
+"""trialbox's own in-sandbox commands as values: each says what it asks, renders itself to
+POSIX sh (`shell()`, what a shell backend such as Docker runs under `sh -c`), and, for a
+backend that answers by kind without a shell (the fake), says what that shell would print.
+
+The relay's commands (`relay.commands`: the launcher, the leader probe, signals, the group
+check, user ids) are the same kind of value; everything here is the framework's own steps:
+`CheckRuntime` (does the runtime's interpreter start), `PrepareVerifier` (the root exec that
+puts the framework's paths back before the verifier), `RunVerifier` (tests/test.sh and the
+reward files' snapshot right after it), `StartForwarder` (the model gateway's forwarder) and
+`PathExists`. A task's own text (its healthcheck, an agent's command) stays a plain string.
+`SandboxCommand` is what an exec takes; `shell_of` renders either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from container_runtime import paths
+from container_runtime.paths import RUNTIME_CHECK, RUNTIME_PYTHON
+from relay.protocol import Command
+
+SandboxCommand = str | Command
+
+
+def shell_of(command: SandboxCommand) -> str:
+    """The sh text of a command: a string is already sh."""
+    return command if isinstance(command, str) else command.shell()
+
+
+REWARD_FILES = ("reward.json", "reward.txt")
+# A reward file holds a few numbers: the snapshot carries at most this much of each.
+SNAPSHOT_CAP = 64 * 1024
+NOT_A_FILE = "other"  # what the snapshot says of a path that is there but no regular file
+VERIFIER_STDOUT = f"{paths.VERIFIER_DIR}/test-stdout.txt"
+FOUND = "trialbox-found: "
+STOPPED = "trialbox-stopped: "
+# The agent's leftover processes, SIGKILLed from a root exec (only the shell's builtins, so
+# it runs while most pids are taken): every process but PID 1, this shell and its `timeout`,
+# in rounds until a round finds none but PID 1's own sleep (it comes back at once) or zombies.
+_STOP = f"""n=0 i=0
+while [ $i -lt 50 ]; do
+  left=0
+  for d in /proc/[0-9]*; do
+    p=${{d#/proc/}}
+    case $p in 1|$$|$PPID) continue;; esac
+    read -r st 2>/dev/null <"$d/stat" || continue
+    comm=${{st#*(}}; comm=${{comm%)*}}
+    set -- ${{st##*) }}
+    case $1 in Z*|X*) continue;; esac
+    kill -9 "$p" 2>/dev/null || continue
+    [ "$2 $comm" = "1 sleep" ] || left=$((left + 1))
+  done
+  [ $left -eq 0 ] && break
+  n=$((n + left)) i=$((i + 1))
+done
+echo "{STOPPED}$n"
+[ $left -eq 0 ] || echo "{FOUND}processes still starting after $i rounds of the stop"
+"""
+# Each path the framework relies on must be a real folder of root's with its documented mode
+# (section 4 of docs/architecture.md). What is not (a symlink, a file, another owner or mode,
+# missing) is reported and replaced: POSIX sh and ls only, so any image with a shell runs it.
+_REPAIR = f"""found() {{ echo "{FOUND}$*"; }}
+odd() {{
+  if [ -L "$1" ] || {{ [ -e "$1" ] && [ ! -d "$1" ]; }}; then
+    found "$1 was no folder: $(ls -ldn "$1" 2>&1)"
+  else return 1
+  fi
+}}
+fix() {{
+  p=$1 want=$2 mode=$3 optional=$4
+  if odd "$p"; then
+    rm -f "$p" || exit 1
+    optional=
+  fi
+  if [ ! -d "$p" ]; then
+    [ -n "$optional" ] && return 0
+    mkdir "$p" && chmod "$mode" "$p" || exit 1
+    return 0
+  fi
+  set -- $(ls -ldn "$p")
+  if [ "${{1%[.+@]}} $3 $4" != "$want 0 0" ]; then
+    found "$p was ${{1%[.+@]}} owned by $3:$4"
+    chown 0:0 "$p" && chmod "$mode" "$p" || exit 1
+  fi
+}}
+fix {paths.LOGS_DIR} drwxr-xr-x 0755
+fix {paths.AGENT_DIR} drwxrwxrwx 0777
+fix {paths.ARTIFACTS_DIR} drwxrwxrwx 0777
+fix /opt/trialbox drwxr-xr-x 0755 optional
+odd {paths.VERIFIER_DIR} || {{ set -- $(ls -A {paths.VERIFIER_DIR} 2>/dev/null)
+  [ $# -eq 0 ] || found "{paths.VERIFIER_DIR} was not empty ($# entries: $*)"; }}
+odd {paths.TESTS_DIR} || {{ [ -d {paths.TESTS_DIR} ] && found "{paths.TESTS_DIR} was there \
+before the verifier's upload: $(ls -ldn {paths.TESTS_DIR})"; }}
+rm -rf {paths.VERIFIER_DIR} {paths.TESTS_DIR} && mkdir {paths.VERIFIER_DIR} \
+  && chmod 0755 {paths.VERIFIER_DIR}
+"""  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CheckRuntime:
+    """Exit 0 when trialbox's runtime interpreter starts and imports its package."""
+
+    def shell(self) -> str:
+        return RUNTIME_CHECK
+
+
+@dataclass(frozen=True)
+class PrepareVerifier:
+    """The root exec before the verifier: the agent's leftovers stopped (when asked), the
+    framework's folders repaired, `/logs/verifier` and `/tests` emptied. It prints a
+    `FOUND` line per thing it put back and, when stopping, a `STOPPED` count."""
+
+    stop_leftovers: bool = False
+
+    def shell(self) -> str:
+        return "\n".join([_STOP if self.stop_leftovers else "", _REPAIR])
+
+    @staticmethod
+    def answer(found: list[str], stopped: int | None) -> str:
+        """What the exec prints for these findings and (when it stopped) this many stopped."""
+        lines = [] if stopped is None else [f"{STOPPED}{stopped}"]
+        return "".join(f"{line}\n" for line in lines + [f"{FOUND}{what}" for what in found])
+
+
+@dataclass(frozen=True)
+class RunVerifier:
+    """tests/test.sh (its output to test-stdout.txt, so its leftovers never hold this exec's
+    pipe), then, in the same exec, the reward files as they stand at its exit, as hex
+    behind `mark` (`trials/rewards.parse_snapshot` reads it); the exec exits as test.sh did."""
+
+    mark: str
+
+    def shell(self) -> str:
+        verifier = paths.VERIFIER_DIR
+        return (
+            f"MARK={self.mark}; CAP={SNAPSHOT_CAP + 1}\n"
+            f"$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh >{VERIFIER_STDOUT} 2>&1 "
+            "</dev/null\n"
+            "rc=$?\n"
+            "if command -v od >/dev/null 2>&1 && command -v dd >/dev/null 2>&1; then\n"
+            f"  for f in {' '.join(REWARD_FILES)}; do\n"
+            f"    p={verifier}/$f\n"
+            '    if [ -L "$p" ] || { [ -e "$p" ] && [ ! -f "$p" ]; }; then echo "$MARK $f '
+            f'{NOT_A_FILE}"\n'
+            '    elif [ -f "$p" ]; then echo "$MARK $f"; '
+            'dd if="$p" bs=$CAP count=1 2>/dev/null | od -An -v -tx1; fi\n'
+            "  done\n"
+            '  echo "$MARK end"\n'
+            "fi\n"
+            "exit $rc"
+        )
+
+    def answer(self, files: Mapping[str, bytes | None]) -> str:
+        """The snapshot as the exec prints it after test.sh: for each reward file in `files`,
+        its bytes (up to one past the cap) as hex, or `NOT_A_FILE` where the value is None
+        (there, but no regular file); a file not in `files` was not there."""
+        lines = []
+        for name in REWARD_FILES:
+            if name not in files:
+                continue
+            data = files[name]
+            if data is None:
+                lines.append(f"{self.mark} {name} {NOT_A_FILE}")
+            else:
+                lines += [f"{self.mark} {name}", data[: SNAPSHOT_CAP + 1].hex(" ")]
+        return "".join(f"{line}\n" for line in [*lines, f"{self.mark} end"])
+
+
+@dataclass(frozen=True)
+class StartForwarder:
+    """Start the model gateway's forwarder in the sandbox, detached, on a free loopback port
+    it prints last (`port`); it carries requests to the gateway's socket at `socket`."""
+
+    socket: str
+
+    def shell(self) -> str:
+        return (
+            f"{RUNTIME_PYTHON} -m container_runtime forward --daemon "
+            f"--listen 127.0.0.1:0 --to {self.socket}"
+        )
+
+    @staticmethod
+    def port(output: str) -> int | None:
+        last = output.strip().splitlines()[-1:]
+        return int(last[0]) if last and last[0].isdigit() else None
+
+
+@dataclass(frozen=True)
+class PathExists:
+    """Exit 0 when `path` is there (a dangling symlink too), 1 when it is not."""
+
+    path: str
+
+    def shell(self) -> str:
+        return f"test -e {self.path} || test -L {self.path}"
