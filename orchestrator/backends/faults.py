@@ -19,8 +19,6 @@ from orchestrator.sandbox import (
     Backend,
     Capabilities,
     ExecResult,
-    Health,
-    ImageDefaults,
     ImageOutcome,
     ImagePlan,
     Leftover,
@@ -29,6 +27,7 @@ from orchestrator.sandbox import (
     SandboxSpec,
 )
 from orchestrator.sandbox.commands import SandboxCommand, shell_of
+from orchestrator.sandbox.wrapper import SandboxWrapper
 from orchestrator.tasks.task import Task
 from relay.commands import Signal
 
@@ -56,27 +55,16 @@ class Faults:
         return isinstance(command, str) and wanted in shell_of(command)
 
 
-class FaultySandbox:
+class FaultySandbox(SandboxWrapper):
     """A sandbox whose engine calls fail as `faults` say; everything else is the inner's."""
 
     def __init__(self, inner: Sandbox, faults: Faults) -> None:
-        self.inner, self.faults = inner, faults
+        super().__init__(inner)
+        self.faults = faults
 
     def __getattr__(self, name: str) -> Any:
         """What a test reads of the inner sandbox (the fake's `execs`, `present`, ...)."""
         return getattr(self.inner, name)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
-
-    @property
-    def destroyed(self) -> bool:
-        return self.inner.destroyed
 
     async def exec(self, command: SandboxCommand, **kwargs: Any) -> ExecResult:
         if self.faults.fails(command):
@@ -85,14 +73,6 @@ class FaultySandbox:
         if ignored and self.faults.leader_ignores_term:
             return ExecResult(exit_code=0, output="")
         return await self.inner.exec(command, **kwargs)
-
-    async def upload(self, tar_bytes: bytes, path: str = "/") -> None:
-        await self.inner.upload(tar_bytes, path)
-
-    async def upload_file(
-        self, path: str, data: bytes, *, mode: int = 0o600, owner: tuple[int, int] = (0, 0)
-    ) -> None:
-        await self.inner.upload_file(path, data, mode=mode, owner=owner)
 
     async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
         if self.faults.download_fails:
@@ -103,18 +83,6 @@ class FaultySandbox:
         if self.faults.destroy_fails:
             raise SandboxError(f"remove {self.name}: injected fault (the engine refused)")
         await self.inner.destroy()
-
-    async def image_defaults(self) -> ImageDefaults:
-        return await self.inner.image_defaults()
-
-    async def health(self, *, pids: bool = False) -> Health:
-        return await self.inner.health(pids=pids)
-
-    async def pids_exhausted(self) -> bool:
-        return await self.inner.pids_exhausted()
-
-    async def stop_all_from_host(self) -> bool:
-        return await self.inner.stop_all_from_host()
 
 
 class FaultyBackend(Backend):

@@ -26,7 +26,7 @@ def od(data: bytes) -> str:
 
 
 def printed(files: dict[str, bytes | str], *, end: bool = True) -> str:
-    """The exec's output as `verifier.run_line` prints it (str: `MARK name other`)."""
+    """The exec's output as `sandbox.commands.RunVerifier` prints it (str: `MARK name other`)."""
     out = "test.sh said something\n"
     for name, data in files.items():
         if isinstance(data, str):
