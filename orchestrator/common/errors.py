@@ -146,3 +146,23 @@ class RuntimeMissingError(TaskError):
 class HostStorageError(TrialboxError):
     """The host could not keep a trial's or a job's files (the disk of the jobs folder full,
     or the folder not writable): the machine's fault, not the agent's. infra, run again."""
+
+
+class SessionError(TrialboxError):
+    """A session call refused in the session's state (`trials/session.py`): the caller's
+    misuse, not a fault of the sandbox; the session's own outcome is unchanged."""
+
+    category: ClassVar[ErrorCategory] = "validation"
+
+
+class SessionClosedError(SessionError, RuntimeError):
+    """A call on a session that has ended (closed, verified, expired): names its status."""
+
+
+class SessionBudgetError(SessionError):
+    """A command or file call past the session's budget (the task's `agent.timeout_sec`);
+    only `verify()` and `close()` remain."""
+
+
+class SessionPathError(SessionError, ValueError):
+    """A path that is not absolute, or is under /tests or /logs/verifier before verify()."""

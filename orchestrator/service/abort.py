@@ -2,8 +2,9 @@
 
 An RL trainer oversamples rollouts and aborts the surplus once it has enough; without a hook
 those trials keep holding sandboxes. `abort(scope)` cancels every live rollout whose id starts
-with `scope` or whose session_id equals it, in every engine of this process, and leaves other
-scopes' trials running. It may be called from any thread, including a trainer's own loop.
+with `scope` or whose session_id equals it, and ends every live session (`open_session`) whose id
+starts with `scope`, in every engine of this process, and leaves other scopes' trials running.
+It may be called from any thread, including a trainer's own loop.
 
 The scope is also tombstoned in each engine for its `abort_tombstone_sec` (60 s by default):
 a surplus rollout of that scope submitted after the abort (a request already on its way) is
@@ -22,7 +23,8 @@ from orchestrator.service.rollouts import Disposition
 def _abort_in(engine: TrialEngine, scope: str) -> dict[str, Disposition]:
     by_prefix = engine.cancel_nowait(prefix=scope)
     by_session = engine.cancel_nowait(session_id=scope)
-    return {**by_session, **by_prefix}
+    sessions = engine.abort_sessions_nowait(scope, f"aborted: abort({scope!r})")
+    return {**by_session, **by_prefix, **sessions}
 
 
 def abort(scope: str, timeout_sec: float = 10.0) -> dict[str, Disposition]:

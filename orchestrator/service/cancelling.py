@@ -6,7 +6,7 @@ A disposition is a promise about how the rollout ends, so a trainer may count on
 outcome (`success` or `failure`), because the cancel came too late. A trial is too late to
 cancel once its phases are over: the finishing steps (collect, score, tear down, write
 `result.json`) are shielded and end it with the result it already has, so a scored trial stays
-scored (`trials/trial.py` `_finish`). Such a rollout is left to finish, not cancelled.
+scored (`trials/trial.py` `finish`). Such a rollout is left to finish, not cancelled.
 
 `cancel_selected` applies one; `finishing` says a rollout is past its phases.
 """

@@ -21,6 +21,10 @@ here, or placed on a cluster's node; `executors/`), `tombstones` (what must not 
 `watchers` (long polls), `status` (the documents a rollout reads as), `selection` (what a
 cancel names), `callbacks` (the `Outbox` of POSTs on their way) and `orphans` (the
 `orphan_timeout_sec` timer that cancels a rollout nobody asks about).
+
+`open_session` opens a session (`trials/session.py`; docs/sessions.md): a task's sandbox that
+its caller drives a call at a time, on this engine's backend, in its job folder; the engine's
+shutdown and `abort(scope)` end live sessions as host aborts.
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ import asyncio
 import inspect
 import logging
 import os
+import re
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Never
+from typing import Any, Never
 
 from orchestrator.common.defaults import DEFAULT_RETENTION_SEC
-from orchestrator.common.ids import check_id, new_id, trial_id_for
+from orchestrator.common.ids import ROLLOUT_ID_PATTERN, check_id, new_id, trial_id_for
 from orchestrator.common.suggest import did_you_mean
 from orchestrator.executors.base import Executor, TrialEvents, executor_for
 from orchestrator.gateway.server import Gateway
@@ -50,7 +55,12 @@ from orchestrator.service.loading import Loader
 from orchestrator.service.orphans import OrphanWatch
 from orchestrator.service.retries import Backoff, with_retries
 from orchestrator.service.rollout_book import RolloutBook
-from orchestrator.service.rollouts import Disposition, RolloutRequest, RolloutStatus
+from orchestrator.service.rollouts import (
+    Disposition,
+    EngineClosed,
+    RolloutRequest,
+    RolloutStatus,
+)
 from orchestrator.service.status import settled_status
 from orchestrator.service.tombstones import (
     DEFAULT_ABORT_TOMBSTONE_SEC,
@@ -64,6 +74,7 @@ from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialResult
+from orchestrator.trials.session import DEFAULT_IDLE_TTL_SEC, Session, open_session
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +182,8 @@ class TrialEngine:
         self._trials = TrialMaker(self.config, self.executor, self.job_id)
         self._orphans = OrphanWatch(orphan_timeout_sec, clock or time.monotonic, self._orphaned)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._sessions: dict[str, Session | None] = {}  # live sessions; None while opening
+        self._session_aborts: set[asyncio.Task[TrialResult]] = set()
         _engines.add(self)
 
     # -- submit -------------------------------------------------------------------------------
@@ -418,6 +431,7 @@ class TrialEngine:
         """Stop accepting, let live rollouts finish for up to `drain_sec`, then abort the rest."""
         live = self._book.live
         self._book.closed = True
+        await self._abort_sessions("", "the engine shut down")
         for rollout in live.values():
             rollout.no_retry.set()
         await self._orphans.aclose()
@@ -434,6 +448,86 @@ class TrialEngine:
             os.close(self._folder_lock)
         self._folder_lock = None
         self._watchers.notify_all()  # long polls answer now: nothing more changes
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def open_session(
+        self,
+        *,
+        task_id: str | None = None,
+        task: str | Path | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idle_ttl_sec: float | None = DEFAULT_IDLE_TTL_SEC,
+    ) -> Session:
+        """A session on a task (`task_id` under `tasks_dir`, a `task` folder, or the engine's
+        default task), returned once its sandbox is ready (docs/sessions.md). `session_id`
+        (the rollout id grammar; default: a new one) names its trial folder in this engine's
+        job folder; `metadata["label"]` reaches only its verifier; `idle_ttl_sec` without a
+        call expires it (None: never). Raises `ValueError` for a live id or a bad request,
+        `EngineClosed` once shut down, and what failed its opening (its result.json says so).
+        Sessions run on this host's backend (not yet on a Ray cluster's nodes)."""
+        if self.closed:
+            raise EngineClosed("the engine is shutting down: no new sessions")
+        session_id = session_id or new_id("session")
+        if not re.fullmatch(ROLLOUT_ID_PATTERN, session_id):
+            raise ValueError(
+                f"session id {session_id!r}: use 1-128 letters, digits, '_', '.', ':', '@', '-'"
+            )
+        if session_id in self._sessions:
+            raise ValueError(f"session {session_id!r} is live: close it or use another id")
+        from orchestrator.executors.local import LocalExecutor  # as executor_for imports it
+
+        if not isinstance(self.executor, LocalExecutor):
+            raise NotImplementedError(
+                f"sessions run on this host's backend; this engine's trials run on "
+                f"{self.executor.name!r} (sessions on a cluster are not supported yet)"
+            )
+        request = RolloutRequest(
+            rollout_id=session_id, task_id=task_id, task=None if task is None else str(task)
+        )
+        self._sessions[session_id] = None  # taken while it opens
+        try:
+            loaded = await self._loader.load_task(request)
+            if self.closed:
+                raise EngineClosed("the engine shut down while the session opened")
+            self._hold_job_folder()
+            self.loop = asyncio.get_running_loop()
+            session = await open_session(
+                loaded, config=self.config, backend=self.executor.backend, job_id=self.job_id,
+                session_id=session_id, metadata=metadata, idle_ttl_sec=idle_ttl_sec,
+                on_end=self._session_ended,
+            )  # fmt: skip
+        except BaseException:
+            self._sessions.pop(session_id, None)
+            raise
+        if session.status == "ready":
+            self._sessions[session_id] = session
+        return session
+
+    def _session_ended(self, session: Session) -> None:
+        if self._sessions.get(session.session_id) in (session, None):
+            self._sessions.pop(session.session_id, None)
+
+    @property
+    def sessions(self) -> dict[str, Session]:
+        """The live sessions, by id."""
+        return {i: s for i, s in self._sessions.items() if s is not None}
+
+    def abort_sessions_nowait(self, scope: str, reason: str) -> dict[str, Disposition]:
+        """End the live sessions whose id starts with `scope` ('' : every one) as host
+        aborts, in tasks of their own; returns at once (`abort(scope)` calls this)."""
+        chosen = {i: s for i, s in self.sessions.items() if i.startswith(scope)}
+        for session in chosen.values():
+            ending = asyncio.ensure_future(session.abort(reason))
+            self._session_aborts.add(ending)
+            ending.add_done_callback(self._session_aborts.discard)
+        return dict.fromkeys(chosen, "cancelled_running")
+
+    async def _abort_sessions(self, scope: str, reason: str) -> None:
+        self.abort_sessions_nowait(scope, reason)
+        if self._session_aborts:
+            await asyncio.wait(set(self._session_aborts))
 
     def _hold_job_folder(self) -> None:
         """Hold the job folder's lock while this engine runs, as `trialbox run` holds its own:

@@ -1,7 +1,8 @@
 """What a rollout runs: its task folder (by id in dataset mode, by path, or the engine's
 default) and its agent, each loaded once and kept for the engine's life.
 
-`Loader` is the class: `load` gives a request's task and agent, `task_path` its task's folder.
+`Loader` is the class: `load` gives a request's task and agent (`load_task` the task alone, for
+a session), `task_path` its task's folder.
 """
 
 from __future__ import annotations
@@ -37,12 +38,16 @@ class Loader:
             raise ValueError("the request names no task and the engine has no default task")
         return self.default_task.resolve()
 
-    async def load(self, request: RolloutRequest) -> tuple[Task, Agent]:
+    async def load_task(self, request: RolloutRequest) -> Task:
         path = self.task_path(request)
         task = self._tasks.get(path)
         if task is None:
             task = await run_blocking(load_task, path)
             self._tasks[path] = task
+        return task
+
+    async def load(self, request: RolloutRequest) -> tuple[Task, Agent]:
+        task = await self.load_task(request)
         spec = request.agent or self.default_agent
         agent = self._agents.get(spec)
         if agent is None:  # off the loop: a bundle:<project> spec builds the project

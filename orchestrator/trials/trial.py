@@ -67,7 +67,13 @@ from orchestrator.trials.materialize import (
 from orchestrator.trials.model_link import ModelLink
 from orchestrator.trials.readiness import wait_ready
 from orchestrator.trials.record import Phases, record_error, timed
-from orchestrator.trials.result import AgentOutcome, Phase, TrialResult, initial_result
+from orchestrator.trials.result import (
+    AgentOutcome,
+    Phase,
+    TrialResult,
+    TrialStatus,
+    initial_result,
+)
 from orchestrator.trials.result_file import write_result
 from orchestrator.trials.runtime import check_runtime, runtime_missing
 from orchestrator.trials.spec import spec_of, write_spec
@@ -135,6 +141,7 @@ class Trial:
         self.relay_outcome: RelayOutcome | None = None
         self._health_at_loss: Health | None = None
         self.verifier_run: VerifierRun | None = None
+        self.staged: Materialized | None = None  # the task's copy, once materialized
         self._ran = False
 
     # -- the whole trial ----------------------------------------------------------------------
@@ -149,21 +156,14 @@ class Trial:
         phases = Phases(self.result)
         cancelled = False
         verified = False
-        staged: Materialized | None = None
         try:
-            with phases.enter("materialize"):
-                self.task = self.agent.for_task(self.task)
-                self.context = self._plan_context(await self.backend.capabilities())
-                staged = await self._materialize()
-                self.result.task_checksum = staged.checksum
-            with phases.enter("image"):
-                built = await self._image(staged)
-            with phases.enter("start"):
-                sandbox = await self._start(staged, built)
+            sandbox = await self.open_sandbox(phases)
+            staged = self.staged
+            assert staged is not None
             with phases.enter("agent"):
                 await self._run_agent(sandbox, staged)
             with phases.enter("verify"):
-                await self._verify(sandbox, staged)
+                await self.verify_work(sandbox, staged)
                 verified = True
         except asyncio.CancelledError:
             cancelled = True
@@ -171,9 +171,24 @@ class Trial:
             self._fail(exc, phases.reached)
         # Teardown and the result file complete first (each step is bounded), then it goes on.
         await finish_shielded(
-            self._finish(staged, verified, cancelled, started), cancelled=cancelled
+            self.finish(self.staged, verified, cancelled, started), cancelled=cancelled
         )
         return self.result
+
+    async def open_sandbox(self, phases: Phases) -> Sandbox:
+        """The phases before the agent (materialize, image, start): the task checked and
+        copied (`self.staged`), its image ensured, the sandbox started, its users resolved and
+        its healthcheck passed. `run` goes on with the agent; a session
+        (`trials/session.py`) with the caller's commands. Raises what a phase raised."""
+        with phases.enter("materialize"):
+            self.task = self.agent.for_task(self.task)
+            self.context = self._plan_context(await self.backend.capabilities())
+            self.staged = staged = await self._materialize()
+            self.result.task_checksum = staged.checksum
+        with phases.enter("image"):
+            built = await self._image(staged)
+        with phases.enter("start"):
+            return await self._start(staged, built)
 
     # -- the phases ---------------------------------------------------------------------------
 
@@ -336,7 +351,9 @@ class Trial:
         self._health_at_loss = await sandbox.health(pids=True)
         await self._collect(sandbox)
 
-    async def _verify(self, sandbox: Sandbox, staged: Materialized) -> None:
+    async def verify_work(self, sandbox: Sandbox, staged: Materialized) -> None:
+        """The verify phase: the framework's folders put back, `tests/` (with the label)
+        uploaded only now, tests/test.sh run in this sandbox."""
         self.result.status = "grading"
         if self._on_grading is not None:
             self._on_grading(self)
@@ -362,13 +379,20 @@ class Trial:
 
     # -- the finish ---------------------------------------------------------------------------
 
-    async def _finish(
-        self, staged: Materialized | None, verified: bool, cancelled: bool, started: float
+    async def finish(
+        self,
+        staged: Materialized | None,
+        verified: bool,
+        cancelled: bool,
+        started: float,
+        *,
+        ended: TrialStatus | None = None,
     ) -> None:
         """Collect, score, tear down, write the result: each step bounded and guarded, none
         skipped because an earlier one failed. A host abort skips collecting: the sandbox
         goes now. A cancelled agent's ending is the relay's (`aborted`); an agent the relay
-        never launched keeps none."""
+        never launched keeps none. `ended`: the status to end with in place of the one the
+        steps give (a session closed without verifying: collected, yet `cancelled`)."""
         sandbox = self.sandbox
         if sandbox is not None and not sandbox.destroyed and staged is not None and not cancelled:
             await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
@@ -397,7 +421,9 @@ class Trial:
                 self.result.warnings.append(f"teardown failed: {type(exc).__name__}: {exc}")
             else:
                 self._fail(exc, "teardown")
-        if cancelled:
+        if ended is not None:
+            self.result.status = ended
+        elif cancelled:
             self.result.status = "cancelled"
         else:
             self.result.status = "success" if self.result.rewards else "failure"

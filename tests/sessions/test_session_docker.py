@@ -1,0 +1,53 @@
+"""A session on a real engine: examples/hello-oracle solved by commands and files through
+`TrialEngine.open_session`, verified in the same container with reward 1, and no container
+left afterwards (docs/sessions.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator import TrialConfig, TrialEngine
+from tests.conftest import EXAMPLES, ContainerWatch
+
+pytestmark = pytest.mark.docker
+
+HELLO = EXAMPLES / "hello-oracle"
+
+
+async def test_a_session_solves_hello_oracle_by_commands_and_leaves_no_container(
+    config: TrialConfig, docker_client: docker.DockerClient, container_watch: ContainerWatch
+) -> None:
+    async with TrialEngine(config=config, job_id=container_watch.job_id) as engine:
+        async with await engine.open_session(
+            task=HELLO, session_id="docker-session", metadata={"label": "secret"}
+        ) as session:
+            looked = await session.exec("ls /tests 2>&1; cat /logs/agent/container_input.json")
+            slow = await session.exec("sleep 30 & sleep 30", timeout_sec=1)
+            procs = await session.exec(
+                "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"
+            )
+            await session.write_file("/app/draft.txt", b"Hello, trialbox!\n")
+            draft = await session.read_file("/app/draft.txt")
+            moved = await session.exec(argv=["cp", "/app/draft.txt", "/app/hello.txt"])
+            said = await session.exec("cat /app/hello.txt; echo oops >&2; exit 3", cwd="/app")
+            result = await session.verify()
+
+    assert "secret" not in looked.stdout and "No such file" in looked.stdout
+    assert json.loads(looked.stdout.splitlines()[-1])["metadata"] == {}
+    assert (slow.timed_out, slow.exit_code) == (True, 124)
+    assert "cmdline" in procs.stdout and "sleep 30" not in procs.stdout  # the group is gone
+    assert draft == b"Hello, trialbox!\n"
+    assert moved.exit_code == 0
+    assert (said.exit_code, said.stdout) == (3, "Hello, trialbox!\noops\n")
+    assert (result.status, result.reward, result.error) == ("success", 1.0, None)
+    assert result.agent_spec == "session"
+    assert (Path(result.trial_dir) / "result.json").is_file()
+    assert len(container_watch.created()) == 1
+    left = docker_client.containers.list(
+        all=True, filters={"label": f"trialbox.job={container_watch.job_id}"}
+    )
+    assert left == []
