@@ -23,6 +23,7 @@ from docker.types import Mount as DockerMount
 
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.capabilities import docker_capabilities
+from orchestrator.backends.docker.channel import open_docker_channel
 from orchestrator.backends.docker.inspection import (
     KEEPALIVE_SLEEP,
     engine_is_local,
@@ -47,7 +48,10 @@ from orchestrator.sandbox import (
     ImageDefaults,
     SandboxSpec,
 )
+from orchestrator.sandbox.channel import ShellChannel, kill_command
 from orchestrator.sandbox.commands import SandboxCommand, shell_of
+
+SIGNAL_TIMEOUT_SEC = 10.0  # a channel's kill exec
 
 
 def _bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
@@ -110,6 +114,7 @@ class DockerSandbox:
         self.created_at = time.time()
         self._destroy = RunOnce(self._remove, self.limits.destroy_settle_sec)
         self._disk: DiskWatch | None = None  # storage.py: holds it to spec.storage_mb
+        self._channels: list[ShellChannel] = []  # open_channel's, dropped at destroy
 
     @property
     def name(self) -> str:
@@ -237,6 +242,24 @@ class DockerSandbox:
             duration_sec=time.monotonic() - started,
         )
 
+    async def open_channel(self, user: str = "") -> ShellChannel | None:
+        """A command channel (`sandbox/channel.py`) running as `user`: one exec kept open for
+        many commands. None when one cannot start here (an engine over TLS or SSH, an image
+        without `sh`'s tools): use `exec`. Engine errors are `SandboxError`s. A channel still
+        open at `destroy()` is dropped with the sandbox."""
+        if self.destroyed:
+            raise SandboxError(f"sandbox {self.name} is destroyed")
+
+        async def signal(name: str, groups: list[int]) -> None:
+            await self.exec(kill_command(name, groups), user=user, timeout_sec=SIGNAL_TIMEOUT_SEC)
+
+        channel = await open_docker_channel(
+            self.container_id, user, signal, kill_grace_sec=self.limits.exec_kill_after_sec
+        )
+        if channel is not None:
+            self._channels = [c for c in self._channels if not c.closed] + [channel]
+        return channel
+
     # -- files --------------------------------------------------------------------------------
 
     async def upload(self, tar_bytes: bytes, path: str = "/") -> None:
@@ -319,6 +342,9 @@ class DockerSandbox:
     async def _remove(self) -> None:
         if self._disk is not None:
             self._disk.stop()
+        for channel in self._channels:  # an open exec stream would hold up the removal
+            await channel.abandon()
+        self._channels.clear()
         api = docker_api.docker_client().api
         try:
             await docker_api.call(
