@@ -13,7 +13,8 @@ Docker SDK, aiohttp, httpx, FastAPI or Ray until a name that needs them is touch
 `run_trial`, `run_job` and their `*_sync` forms, `TrialEngine`, `abort`, `prewarm`, the models
 (`TrialConfig`, `ModelConfig`, `ModelOverride`, `Sampling`, `ModelLimits`, `Usage`, ...), the
 errors and the engine's refusals (`RolloutFinished`, `RolloutTombstoned`, `TooManyLongPolls`,
-...).
+...), sessions (`Session`, `SessionExecResult`, their errors) and the HTTP client of sessions
+(`TrialboxClient`, `RemoteSession` and their sync forms, `orchestrator/client.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,21 @@ from orchestrator.common.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from orchestrator.bundles import build_bundle, inspect_bundle
+    from orchestrator.client import (
+        RemoteSession,
+        SessionDocument,
+        SyncRemoteSession,
+        SyncTrialboxClient,
+        TrialboxClient,
+        TrialboxHTTPError,
+    )
     from orchestrator.common.errors import (
         ImageBuildError,
         RewardFileError,
         SandboxError,
+        SessionBudgetError,
+        SessionClosedError,
+        SessionPathError,
         TaskError,
         TrialboxError,
     )
@@ -49,7 +61,9 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from orchestrator.service.retries import Backoff
     from orchestrator.service.rollouts import (
         DuplicateRollout,
+        DuplicateSession,
         EngineClosed,
+        NoFreeSlot,
         QueueFull,
         RolloutFinished,
         RolloutRequest,
@@ -61,6 +75,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from orchestrator.trials.bundle_agent import BundleAgent
     from orchestrator.trials.config import TrialConfig
     from orchestrator.trials.result import AgentOutcome, JobResult, Timings, TrialError, TrialResult
+    from orchestrator.trials.session import Session, SessionExecResult
 
 
 # Where each public name lives, imported on first use (PEP 562): `import orchestrator` loads no
@@ -74,6 +89,7 @@ _LAZY: dict[str, str] = {
     "Capabilities": "orchestrator.sandbox",
     "DockerBackendConfig": "orchestrator.sandbox.backend_config",
     "DuplicateRollout": "orchestrator.service.rollouts",
+    "DuplicateSession": "orchestrator.service.rollouts",
     "EngineClosed": "orchestrator.service.rollouts",
     "ExecResult": "orchestrator.sandbox",
     "FakeBackendConfig": "orchestrator.sandbox.backend_config",
@@ -84,9 +100,11 @@ _LAZY: dict[str, str] = {
     "ModelConfig": "orchestrator.gateway.settings",
     "ModelLimits": "orchestrator.gateway.settings",
     "ModelOverride": "orchestrator.gateway.settings",
+    "NoFreeSlot": "orchestrator.service.rollouts",
     "PrewarmError": "orchestrator.service.prewarm",
     "PrewarmRow": "orchestrator.service.prewarm",
     "QueueFull": "orchestrator.service.rollouts",
+    "RemoteSession": "orchestrator.client",
     "RewardFileError": "orchestrator.common.errors",
     "RolloutFinished": "orchestrator.service.rollouts",
     "RolloutRequest": "orchestrator.service.rollouts",
@@ -96,6 +114,14 @@ _LAZY: dict[str, str] = {
     "Sandbox": "orchestrator.sandbox",
     "SandboxError": "orchestrator.common.errors",
     "SandboxSpec": "orchestrator.sandbox",
+    "Session": "orchestrator.trials.session",
+    "SessionBudgetError": "orchestrator.common.errors",
+    "SessionClosedError": "orchestrator.common.errors",
+    "SessionDocument": "orchestrator.client",
+    "SessionExecResult": "orchestrator.trials.session",
+    "SessionPathError": "orchestrator.common.errors",
+    "SyncRemoteSession": "orchestrator.client",
+    "SyncTrialboxClient": "orchestrator.client",
     "Task": "orchestrator.tasks.task",
     "TaskError": "orchestrator.common.errors",
     "Timings": "orchestrator.trials.result",
@@ -104,7 +130,9 @@ _LAZY: dict[str, str] = {
     "TrialEngine": "orchestrator.service.engine",
     "TrialError": "orchestrator.trials.result",
     "TrialResult": "orchestrator.trials.result",
+    "TrialboxClient": "orchestrator.client",
     "TrialboxError": "orchestrator.common.errors",
+    "TrialboxHTTPError": "orchestrator.client",
     "Usage": "orchestrator.gateway.record",
     "abort": "orchestrator.service.abort",
     "build_bundle": "orchestrator.bundles",
@@ -147,6 +175,7 @@ __all__ = [
     "Capabilities",
     "DockerBackendConfig",
     "DuplicateRollout",
+    "DuplicateSession",
     "EngineClosed",
     "ExecResult",
     "FakeBackendConfig",
@@ -157,9 +186,11 @@ __all__ = [
     "ModelConfig",
     "ModelLimits",
     "ModelOverride",
+    "NoFreeSlot",
     "PrewarmError",
     "PrewarmRow",
     "QueueFull",
+    "RemoteSession",
     "RewardFileError",
     "RolloutFinished",
     "RolloutRequest",
@@ -169,6 +200,14 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxSpec",
+    "Session",
+    "SessionBudgetError",
+    "SessionClosedError",
+    "SessionDocument",
+    "SessionExecResult",
+    "SessionPathError",
+    "SyncRemoteSession",
+    "SyncTrialboxClient",
     "Task",
     "TaskError",
     "Timings",
@@ -177,7 +216,9 @@ __all__ = [
     "TrialEngine",
     "TrialError",
     "TrialResult",
+    "TrialboxClient",
     "TrialboxError",
+    "TrialboxHTTPError",
     "Usage",
     "abort",
     "build_bundle",

@@ -166,3 +166,8 @@ class SessionBudgetError(SessionError):
 
 class SessionPathError(SessionError, ValueError):
     """A path that is not absolute, or is under /tests or /logs/verifier before verify()."""
+
+
+class SessionLimitError(SessionError, ValueError):
+    """A command, a write or a read past one of a session's caps (`Limits.session_*`): the
+    message names the limit and how to raise it; the session stays usable."""

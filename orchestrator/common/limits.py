@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Linux's MAX_ARG_STRLEN (32 pages of 4 KiB), less its NUL: no one argument of an exec is
+# longer, so no session command (passed whole to `sh -c`) may be either.
+MAX_ARG_BYTES = 32 * 4096 - 1
+
 
 class Limits(BaseModel):
     """The framework's bounds, in seconds and bytes."""
@@ -44,6 +48,34 @@ class Limits(BaseModel):
     # Files coming back.
     log_file_cap_bytes: int = Field(
         32 * 1024 * 1024, gt=0, description="Each file copied back from /logs is cut here."
+    )
+    # A session's calls (trials/session.py): what one call may move in or out.
+    session_command_cap_bytes: int = Field(
+        64 * 1024,
+        gt=0,
+        le=MAX_ARG_BYTES,
+        description="A session command's text (or its argv joined) is refused past this "
+        f"(UTF-8 bytes); at most {MAX_ARG_BYTES}, the longest argument Linux passes to sh -c.",
+    )
+    session_output_cap_bytes: int = Field(
+        1024 * 1024,
+        gt=0,
+        description="A session command's merged output is cut here (its answer says `truncated`).",
+    )
+    session_write_cap_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="The most one write_file of a session takes."
+    )
+    session_read_cap_bytes: int = Field(
+        16 * 1024 * 1024,
+        gt=0,
+        description="The most one read_file of a session returns (its max_bytes default, and "
+        "its ceiling).",
+    )
+    session_trajectory_output_cap_bytes: int = Field(
+        16 * 1024,
+        ge=0,
+        description="Each command's output is cut here in the session's agent/trajectory.json "
+        "(the caller gets it whole, up to session_output_cap_bytes).",
     )
     # The trial's own steps.
     verifier_setup_sec: float = Field(

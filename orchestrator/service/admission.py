@@ -47,9 +47,10 @@ class Admission:
         if result.status in ("success", "failure") and result.timings.total > 0:
             self.mean_trial_sec = 0.8 * self.mean_trial_sec + 0.2 * result.timings.total
 
-    def check(self, request: RolloutRequest, book: RolloutBook) -> None:
+    def check(self, request: RolloutRequest, book: RolloutBook, sessions: int = 0) -> None:
         """Refuse a rollout the engine will not take: an id it knows (live, tombstoned or
-        finished), closing, a scope aborted lately, a full queue."""
+        finished), closing, a scope aborted lately, a full queue. `sessions`: the live
+        sessions, each holding one of the slots the rollouts would wait for."""
         rollout_id = request.rollout_id
         if rollout_id in book.live:
             raise DuplicateRollout(
@@ -75,6 +76,6 @@ class Admission:
             )
         if self.max_queue_depth is None:
             return
-        would_wait = max(0, len(book.live) + 1 - self.n_concurrent)
+        would_wait = max(0, len(book.live) + sessions + 1 - self.n_concurrent)
         if would_wait > self.max_queue_depth:
             raise QueueFull(self.retry_after(book.waiting), book.waiting)

@@ -4,7 +4,7 @@ prefix a tenant's cancel is held within (the rules are in `server`'s module docs
 Refusals are HTTP errors (401, 403) raised from here, answered by the app as any other.
 
 `Tokens` holds the tokens (compared in constant time over SHA-256 digests); `scope_of` is the
-prefix a caller's cancel is held within.
+prefix a caller's cancel is held within; `check_covers` refuses a tenant another's session.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ class Tokens:
     def guarded(self) -> bool:
         return self._admin is not None or bool(self._tenants)
 
-    def caller(self, authorization: str | None) -> Caller:
-        """Who this is; raises 401 when tokens are configured and none of them was given."""
+    def caller(self, authorization: str | None, doing: str = "cancelling") -> Caller:
+        """Who this is; raises 401 when tokens are configured and none of them was given
+        (`doing`: what the refusal says needs the token)."""
         if not self.guarded:
             return Caller("open")
         scheme, _, given = (authorization or "").partition(" ")
@@ -82,10 +83,20 @@ class Tokens:
             return Caller("tenant", tenant)
         raise HTTPException(
             401,
-            "cancelling needs a bearer token on this server: the admin token, or a tenant's "
+            f"{doing} needs a bearer token on this server: the admin token, or a tenant's "
             "token for its own prefix",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+
+def check_covers(caller: Caller, session_id: str) -> None:
+    """A session call (exec, files, verify, close): a tenant's token covers only the sessions
+    whose id starts with its prefix (403 for another's); admin and open callers reach all."""
+    if caller.kind == "tenant" and not session_id.startswith(caller.prefix or ""):
+        raise HTTPException(
+            403, f"session {session_id!r} is outside {caller.prefix!r}, the prefix this token "
+            "covers",
+        )  # fmt: skip
 
 
 def scope_of(caller: Caller, request: CancelRequest) -> str | None:

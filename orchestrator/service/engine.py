@@ -23,8 +23,11 @@ cancel names), `callbacks` (the `Outbox` of POSTs on their way) and `orphans` (t
 `orphan_timeout_sec` timer that cancels a rollout nobody asks about).
 
 `open_session` opens a session (`trials/session.py`; docs/sessions.md): a task's sandbox that
-its caller drives a call at a time, on this engine's backend, in its job folder; the engine's
-shutdown and `abort(scope)` end live sessions as host aborts.
+its caller drives a call at a time, on this engine's backend, in its job folder. A session
+holds one of the `n_concurrent` slots rollouts run in, from its open until it ends, and never
+waits for one (`NoFreeSlot` when none is free). The engine's shutdown, `abort(scope)` and a
+cancel by ids, prefix or all end live sessions as host aborts; an ended session stays
+readable (`session`) for the retention window. `service/session_routes.py` serves them.
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ from orchestrator.service.retries import Backoff, with_retries
 from orchestrator.service.rollout_book import RolloutBook
 from orchestrator.service.rollouts import (
     Disposition,
+    DuplicateRollout,
+    DuplicateSession,
     EngineClosed,
+    NoFreeSlot,
     RolloutRequest,
     RolloutStatus,
 )
@@ -183,7 +189,10 @@ class TrialEngine:
         self._orphans = OrphanWatch(orphan_timeout_sec, clock or time.monotonic, self._orphaned)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._sessions: dict[str, Session | None] = {}  # live sessions; None while opening
-        self._session_aborts: set[asyncio.Task[TrialResult]] = set()
+        self._session_aborts: dict[Session, asyncio.Future[TrialResult]] = {}
+        self._ended_sessions: TtlCache[Session] = (
+            TtlCache(retention_sec) if clock is None else TtlCache(retention_sec, clock=clock)
+        )
         _engines.add(self)
 
     # -- submit -------------------------------------------------------------------------------
@@ -194,7 +203,11 @@ class TrialEngine:
         return self._book.waiting
 
     def _admit(self, request: RolloutRequest) -> None:
-        self._admission.check(request, self._book)
+        if request.rollout_id in self._sessions:  # the two would share a trial folder
+            raise DuplicateRollout(
+                f"{request.rollout_id!r} is a live session's id; a rollout needs another"
+            )
+        self._admission.check(request, self._book, len(self._sessions))
 
     def tombstone_scope(self, scope: str) -> None:
         """For `abort_tombstone_sec`, refuse rollouts whose id starts with `scope` or whose
@@ -387,10 +400,36 @@ class TrialEngine:
         is neither live nor finished reads `not_found` and is tombstoned: a later submit of
         it is refused (`RolloutTombstoned`) for the retention window.
         """
-        return cancel_selected(
+        ending = self._sessions_named(ids=ids, prefix=prefix, everything=all, within=within)
+        if ids is not None and ending:  # a live session's id is not a rollout's to tombstone
+            ids = [i for i in ids if i not in ending]
+        dispositions = cancel_selected(
             self._book, ids=ids, prefix=prefix, everything=all, session_id=session_id,
             within=within,
         )  # fmt: skip
+        selector = "ids" if ids is not None else "prefix" if prefix is not None else "all"
+        for session in ending.values():
+            self._abort_session(session, f"cancelled: a cancel by {selector}")
+        dispositions.update(dict.fromkeys(ending, "cancelled_running"))
+        return dispositions
+
+    def _sessions_named(
+        self,
+        *,
+        ids: Iterable[str] | None,
+        prefix: str | None,
+        everything: bool,
+        within: str | None,
+    ) -> dict[str, Session]:
+        """The live sessions a cancel's selector names (a `session_id` selector names a
+        rollouts' scope, never a session), narrowed to `within`."""
+        live = {i: s for i, s in self.sessions.items() if within is None or i.startswith(within)}
+        if ids is not None:
+            named = set(ids)
+            return {i: s for i, s in live.items() if i in named}
+        if prefix is not None:
+            return {i: s for i, s in live.items() if i.startswith(prefix)}
+        return live if everything else {}
 
     async def cancel(
         self,
@@ -464,9 +503,12 @@ class TrialEngine:
         default task), returned once its sandbox is ready (docs/sessions.md). `session_id`
         (the rollout id grammar; default: a new one) names its trial folder in this engine's
         job folder; `metadata["label"]` reaches only its verifier; `idle_ttl_sec` without a
-        call expires it (None: never). Raises `ValueError` for a live id or a bad request,
-        `EngineClosed` once shut down, and what failed its opening (its result.json says so).
-        Sessions run on this host's backend (not yet on a Ray cluster's nodes)."""
+        call expires it (None: never). The session holds one of the engine's slots until it
+        ends. Raises `DuplicateSession` (a `ValueError`) for the id of a live session or
+        rollout, `ValueError` for a bad request, `NoFreeSlot` (a `QueueFull`) when every slot
+        is held (a session does not wait for one), `EngineClosed` once shut down, and what
+        failed its opening (its result.json says so). Sessions run on this host's backend
+        (not yet on a Ray cluster's nodes)."""
         if self.closed:
             raise EngineClosed("the engine is shutting down: no new sessions")
         session_id = session_id or new_id("session")
@@ -475,7 +517,9 @@ class TrialEngine:
                 f"session id {session_id!r}: use 1-128 letters, digits, '_', '.', ':', '@', '-'"
             )
         if session_id in self._sessions:
-            raise ValueError(f"session {session_id!r} is live: close it or use another id")
+            raise DuplicateSession(f"session {session_id!r} is live: close it or use another id")
+        if session_id in self._book.live:  # the two would share a trial folder
+            raise DuplicateSession(f"{session_id!r} is a live rollout's id; use another")
         from orchestrator.executors.local import LocalExecutor  # as executor_for imports it
 
         if not isinstance(self.executor, LocalExecutor):
@@ -486,6 +530,20 @@ class TrialEngine:
         request = RolloutRequest(
             rollout_id=session_id, task_id=task_id, task=None if task is None else str(task)
         )
+        if self._slots.locked():  # taken by rollouts or sessions, or promised to a waiter
+            retry_after = self._admission.retry_after(self.waiting)
+            raise NoFreeSlot(
+                retry_after,
+                f"no free slot: all {self.n_concurrent} of the engine's slots are held by "
+                f"rollouts or sessions; retry in {retry_after} s",
+            )
+        await self._slots.acquire()  # free: taken at once, without a wait
+        release = self._slot_releaser()
+
+        def ended(session: Session) -> None:
+            release()
+            self._session_ended(session)
+
         self._sessions[session_id] = None  # taken while it opens
         try:
             loaded = await self._loader.load_task(request)
@@ -496,38 +554,68 @@ class TrialEngine:
             session = await open_session(
                 loaded, config=self.config, backend=self.executor.backend, job_id=self.job_id,
                 session_id=session_id, metadata=metadata, idle_ttl_sec=idle_ttl_sec,
-                on_end=self._session_ended,
+                on_end=ended,
             )  # fmt: skip
         except BaseException:
-            self._sessions.pop(session_id, None)
+            release()
+            if self._sessions.get(session_id) is None:
+                self._sessions.pop(session_id, None)
             raise
         if session.status == "ready":
             self._sessions[session_id] = session
         return session
 
+    def _slot_releaser(self) -> Callable[[], None]:
+        """Gives back one slot a session took, once however often it is called."""
+        held = [True]
+
+        def release() -> None:
+            if held[0]:
+                held[0] = False
+                self._slots.release()
+
+        return release
+
     def _session_ended(self, session: Session) -> None:
         if self._sessions.get(session.session_id) in (session, None):
             self._sessions.pop(session.session_id, None)
+        self._ended_sessions.set(session.session_id, session)
 
     @property
     def sessions(self) -> dict[str, Session]:
         """The live sessions, by id."""
         return {i: s for i, s in self._sessions.items() if s is not None}
 
+    def session(self, session_id: str) -> Session | None:
+        """The session of this id: live, or ended within the retention window (its status
+        and result stay readable); None when unknown or still opening."""
+        return self._sessions.get(session_id) or self._ended_sessions.get(session_id)
+
+    def session_opening(self, session_id: str) -> bool:
+        """Whether a session of this id is opening now (its sandbox not yet ready)."""
+        return session_id in self._sessions and self._sessions[session_id] is None
+
     def abort_sessions_nowait(self, scope: str, reason: str) -> dict[str, Disposition]:
         """End the live sessions whose id starts with `scope` ('' : every one) as host
         aborts, in tasks of their own; returns at once (`abort(scope)` calls this)."""
         chosen = {i: s for i, s in self.sessions.items() if i.startswith(scope)}
         for session in chosen.values():
-            ending = asyncio.ensure_future(session.abort(reason))
-            self._session_aborts.add(ending)
-            ending.add_done_callback(self._session_aborts.discard)
+            self._abort_session(session, reason)
         return dict.fromkeys(chosen, "cancelled_running")
+
+    def _abort_session(self, session: Session, reason: str) -> None:
+        """A host abort of one live session in a task of its own; once per session (a second
+        abort, from a cancel and an abort of the same scope, leaves the first to finish)."""
+        if session in self._session_aborts:
+            return
+        ending = asyncio.ensure_future(session.abort(reason))
+        self._session_aborts[session] = ending
+        ending.add_done_callback(lambda _done: self._session_aborts.pop(session, None))
 
     async def _abort_sessions(self, scope: str, reason: str) -> None:
         self.abort_sessions_nowait(scope, reason)
         if self._session_aborts:
-            await asyncio.wait(set(self._session_aborts))
+            await asyncio.wait(set(self._session_aborts.values()))
 
     def _hold_job_folder(self) -> None:
         """Hold the job folder's lock while this engine runs, as `trialbox run` holds its own:

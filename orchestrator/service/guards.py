@@ -9,6 +9,7 @@ rollout's metadata as JSON, and where a rollout may send the host's model key.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,9 +24,14 @@ class BodyLimit:
     body is read (and counted) here, at most `max_bytes` plus one chunk, and handed on whole.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, limit_for: Callable[[Scope], int | None] | None = None
+    ) -> None:
+        """`limit_for(scope)`: a route's own limit in place of `max_bytes` (None: the
+        default), as a session's file upload has."""
         self.app = app
         self.max_bytes = max_bytes
+        self.limit_for = limit_for
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, status: int,
                       detail: str) -> None:  # fmt: skip
@@ -33,13 +39,15 @@ class BodyLimit:
         response = JSONResponse({"detail": detail}, status, headers={"connection": "close"})
         await response(scope, receive, send)
 
-    def _too_large(self) -> str:
-        return f"the request body is larger than the limit of {self.max_bytes} bytes"
+    def _too_large(self, limit: int) -> str:
+        return f"the request body is larger than the limit of {limit} bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        own = self.limit_for(scope) if self.limit_for is not None else None
+        limit = self.max_bytes if own is None else own
         lengths = [v for k, v in scope["headers"] if k.lower() == b"content-length"]
         if lengths:
             try:
@@ -47,8 +55,8 @@ class BodyLimit:
             except ValueError:
                 await self._refuse(scope, receive, send, 400, "a malformed Content-Length")
                 return
-            if declared > self.max_bytes:
-                await self._refuse(scope, receive, send, 413, self._too_large())
+            if declared > limit:
+                await self._refuse(scope, receive, send, 413, self._too_large(limit))
                 return
         body = bytearray()
         while True:
@@ -56,8 +64,8 @@ class BodyLimit:
             if message["type"] != "http.request":  # the client left: nobody to answer
                 return
             body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                await self._refuse(scope, receive, send, 413, self._too_large())
+            if len(body) > limit:
+                await self._refuse(scope, receive, send, 413, self._too_large(limit))
                 return
             if not message.get("more_body", False):
                 break

@@ -3,7 +3,8 @@ the refusals of `TrialEngine.submit`, and the server's size and wait bounds.
 
 `RolloutRequest`, `RolloutStatus` and `CancelRequest` are the documents; `QueueFull`,
 `EngineClosed`, `DuplicateRollout`, `RolloutFinished`, `RolloutTombstoned` and
-`TooManyLongPolls` the refusals. The body and metadata bounds come from `common/defaults.py`.
+`TooManyLongPolls` the refusals, with `NoFreeSlot` and `DuplicateSession` a session's. The
+body and metadata bounds come from `common/defaults.py`.
 """
 
 from __future__ import annotations
@@ -146,6 +147,21 @@ class QueueFull(TrialboxError):
     def __init__(self, retry_after: int, depth: int) -> None:
         self.retry_after = retry_after
         super().__init__(f"the queue is full ({depth} waiting); retry in {retry_after} s")
+
+
+class NoFreeSlot(QueueFull):
+    """A session could not open: every one of the engine's `n_concurrent` slots is held (by
+    rollouts or sessions). Sessions do not wait in line; try again after `retry_after` s."""
+
+    def __init__(self, retry_after: int, message: str) -> None:
+        self.retry_after = retry_after
+        TrialboxError.__init__(self, message)
+
+
+class DuplicateSession(TrialboxError, ValueError):
+    """A session (or a rollout) of this id is live: close it or use another id."""
+
+    category = "validation"
 
 
 class EngineClosed(TrialboxError):

@@ -4,9 +4,10 @@ Routes. POST /rollouts answers 202 or 429 with Retry-After; GET /rollouts/{id} i
 document (with model usage), and with `?wait=N` (0 < N <= 25) a long poll; GET
 /rollouts/{id}/trajectory the finished rollout's ATIF trajectory; POST /rollouts/cancel takes
 exactly one selector; GET /healthz. For clients written against the other spelling, POST
-/rollout, GET /rollout/{id}/status and POST /rollout/cancel are the same routes. On shutdown
-the server stops accepting, drains for a bounded time, then host-aborts what is left. On
-start it removes the sandboxes a dead process left on the same jobs folder (`reclaim`).
+/rollout, GET /rollout/{id}/status and POST /rollout/cancel are the same routes. The session
+routes (/sessions...: a task's sandbox driven a call at a time) are `session_routes.py`'s. On
+shutdown the server stops accepting, drains for a bounded time, then host-aborts what is left.
+On start it removes the sandboxes a dead process left on the same jobs folder (`reclaim`).
 
 The promises:
 
@@ -80,6 +81,7 @@ from orchestrator.service.rollouts import (
     RolloutTombstoned,
     TooManyLongPolls,
 )
+from orchestrator.service.session_routes import MAX_FILE_BYTES, add_session_routes, upload_limit
 from orchestrator.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,7 @@ def create_app(
     model_urls: Collection[str] = (),
     max_body_bytes: int = MAX_BODY_BYTES,
     max_metadata_bytes: int = MAX_METADATA_BYTES,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> FastAPI:
     """An app serving `engine`.
 
@@ -127,10 +130,11 @@ def create_app(
     could make the server read any host path (a task folder, a workflow file) into a sandbox.
     A request may route its model calls to another upstream only under a prefix in
     `model_urls`: the gateway sends the host's model key there. Bodies over
-    `max_body_bytes` and metadata over `max_metadata_bytes` (as JSON) are answered 413.
+    `max_body_bytes` and metadata over `max_metadata_bytes` (as JSON) are answered 413; a
+    session's file upload or download over `max_file_bytes` too (session_routes.py).
     """
-    if max_body_bytes < 1 or max_metadata_bytes < 1:
-        raise ValueError("max_body_bytes and max_metadata_bytes must be at least 1")
+    if max_body_bytes < 1 or max_metadata_bytes < 1 or max_file_bytes < 1:
+        raise ValueError("max_body_bytes, max_metadata_bytes and max_file_bytes must be at least 1")
     tokens = Tokens(admin_token, tenant_tokens or {})
     allowed_agents = {engine.default_agent, *agents}
 
@@ -168,7 +172,7 @@ def create_app(
         await engine.shutdown(drain_sec)
 
     app = FastAPI(title="trialbox", lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, limit_for=upload_limit(max_file_bytes))
     app.add_exception_handler(RequestValidationError, _invalid)
 
     @app.post("/rollouts", status_code=202)
@@ -263,12 +267,18 @@ def create_app(
             raise HTTPException(500, str(exc)) from exc
         return {"dispositions": dispositions}
 
+    add_session_routes(
+        app, engine, tokens=tokens, task_paths=task_paths,
+        max_metadata_bytes=max_metadata_bytes, max_file_bytes=max_file_bytes,
+    )  # fmt: skip
+
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         return {
             "ok": not engine.closed,
             "live": engine.live_count,
             "waiting": engine.waiting,
+            "sessions": len(engine.sessions),
             "n_concurrent": engine.n_concurrent,
             "max_queue_depth": engine.max_queue_depth,
         }

@@ -3,8 +3,10 @@
 
 An agent is what to put into the sandbox before it starts (`prepare`), the shell command
 that is its process (`command`), and, for agents that report on their own work, what went
-wrong as read from the logs collected afterwards (`problem`). How the process is supervised
-and bounded, and what a problem means for the trial's outcome, is the trial's business.
+wrong as read from the logs collected afterwards (`problem`); one that records on the host
+side writes that into the trial's folder at the end (`keep`: a session's trajectory). How
+the process is supervised and bounded, and what a problem means for the trial's outcome, is
+the trial's business.
 
 `parse_agent` reads an agent spec. An agent also says which of the task's env it gets
 (`task_env`: `[solution.env]` for the oracle) and whether it needs a model (`needs_model`) or
@@ -24,11 +26,13 @@ from container_runtime.paths import RUNTIME_PYTHON
 from orchestrator.common.archive import tar_of_dir
 from orchestrator.common.errors import AgentSpecError, TaskError
 from orchestrator.common.offload import run_blocking
+from orchestrator.common.scrub import Scrubber
 from orchestrator.common.suggest import closest
 from orchestrator.sandbox import Sandbox
 from orchestrator.tasks.task import Task
 from orchestrator.trials.context import TrialContext
 from orchestrator.trials.materialize import Materialized
+from orchestrator.trials.result import TrialResult
 
 WORKFLOW_DIR = "/opt/trialbox/agent"
 
@@ -76,6 +80,14 @@ class Agent(ABC):
         """What went wrong with the agent's own work, read from the collected `/logs`; None
         when nothing did. Most agents say nothing beyond their exit code."""
         return None
+
+    async def keep(  # noqa: B027
+        self, result: TrialResult, agent_dir: Path, scrubber: Scrubber
+    ) -> None:
+        """Write what the agent recorded on the host into the trial's `logs/agent` folder
+        (`agent_dir`), scrubbed, once `/logs` is collected (or not: a host abort collects
+        nothing): a session's trajectory (`session.py`). A failure to write it is a warning
+        in `result`, never the trial's error. Most agents record nothing on the host."""
 
 
 class NopAgent(Agent):

@@ -1,8 +1,8 @@
 """What a trial and a job report: the `result.json` on disk is exactly these models.
 
-`TrialResult` (with `AgentOutcome`, `TrialError`, `Timings`, `NodeInfo`) is `result.json`;
-`JobResult` is `job.json`. `initial_result` is the starting result `Trial` and the placed
-executor share: the ids checked, the trial's folder, status `running`.
+`TrialResult` (with `AgentOutcome`, `TrialError`, `Timings`, `SessionCalls`, `NodeInfo`) is
+`result.json`; `JobResult` is `job.json`. `initial_result` is the starting result `Trial` and
+the placed executor share: the ids checked, the trial's folder, status `running`.
 """
 
 from __future__ import annotations
@@ -73,6 +73,27 @@ class Timings(BaseModel):
     total: float = 0.0
 
 
+class SessionCalls(BaseModel):
+    """A session's calls (agent `session`, docs/sessions.md): how many and how long, each
+    timed on the host around its call into the sandbox. Every step is in the trial's
+    `logs/agent/trajectory.json`."""
+
+    commands: int = Field(0, description="Commands run (`exec`), timed-out ones included.")
+    commands_sec: float = Field(0.0, description="Seconds the commands took, in total.")
+    longest_command_sec: float = Field(0.0, description="Seconds the longest command took.")
+    timed_out: int = Field(0, description="Commands stopped at their timeout.")
+    writes: int = Field(0, description="`write_file` calls that reached the sandbox.")
+    bytes_written: int = Field(0, description="What those writes carried, in bytes.")
+    reads: int = Field(0, description="`read_file` calls that reached the sandbox.")
+    bytes_read: int = Field(0, description="What the reads returned, in bytes.")
+    files_sec: float = Field(0.0, description="Seconds the writes and reads took, in total.")
+    failed: int = Field(
+        0,
+        description="Calls that reached the sandbox and raised (a missing file, a read past "
+        "its cap, a lost sandbox, a close while it ran).",
+    )
+
+
 class NodeInfo(BaseModel):
     """Where a trial ran: the cluster node and the engine that held its sandbox."""
 
@@ -107,6 +128,12 @@ class TrialResult(BaseModel):
     agent: AgentOutcome = Field(default_factory=AgentOutcome)
     error: TrialError | None = None
     timings: Timings = Field(default_factory=Timings)
+    session: SessionCalls | None = Field(
+        None,
+        description="A session's calls, counted and timed (its commands' total and longest "
+        "durations); None: a trial with an agent process, or a result written before sessions "
+        "counted them.",
+    )
     usage: Usage | None = Field(None, description="Model calls and tokens, when it had a model.")
     model_limit: str | None = Field(
         None, description="The model limit that refused the agent (calls, tokens, deadline)."

@@ -15,6 +15,12 @@ same finish without verifying (status `cancelled`); so does an idle session afte
 collected, the sandbox removed at once). A call that finds the sandbox broken or gone ends
 the session with that fault in its category (`faults.explained`).
 
+Every call that reaches the sandbox is noted in the session's `SessionLog`
+(`session_log.py`), which the trial's finish writes as `logs/agent/trajectory.json` (ATIF, a
+step per call, scrubbed) and `result.json`'s `session` counts and times. A command's text, its
+output, a write and a read are capped by `Limits.session_*`; a refusal is a
+`SessionLimitError` naming the limit and how to raise it.
+
 `Session` is the class, `open_session` makes one; `SessionExecResult` is a command's answer,
 `SessionAgent` the agent a session's trial records.
 """
@@ -40,10 +46,13 @@ from orchestrator.common.errors import (
     SandboxNotFoundError,
     SessionBudgetError,
     SessionClosedError,
+    SessionLimitError,
     SessionPathError,
 )
 from orchestrator.common.ids import trial_id_for
+from orchestrator.common.limits import MAX_ARG_BYTES
 from orchestrator.common.offload import run_blocking
+from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import finish_shielded
 from orchestrator.sandbox import Backend, Sandbox
 from orchestrator.tasks.task import Task
@@ -52,23 +61,39 @@ from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.faults import explained
 from orchestrator.trials.record import Phases, record_error, timed
 from orchestrator.trials.result import AgentOutcome, Termination, TrialResult, TrialStatus
+from orchestrator.trials.session_log import SessionLog
 from orchestrator.trials.trial import Trial
 from orchestrator.trials.users import user_ids
 
 SessionStatus = Literal["opening", "ready", "verifying", "closed", "expired"]
 SESSION_AGENT = "session"  # the agent_spec a session's result.json records
 DEFAULT_IDLE_TTL_SEC = 600.0
-DEFAULT_READ_CAP = 16 * 1024 * 1024  # read_file's default max_bytes
-DEFAULT_WRITE_CAP = 64 * 1024 * 1024  # the most write_file takes
+# How to raise a cap, said by every error that names one.
+RAISE_A_CAP = "raise it with TrialConfig(limits=Limits({name}=...)) where the session opens"
 PROTECTED = (paths.TESTS_DIR, paths.VERIFIER_DIR)  # the verifier's, refused before verify()
 
 
 class SessionAgent(Agent):
     """The agent a session's trial records: its caller, one command at a time (so it has no
-    process of its own)."""
+    process of its own). Its `log` holds the calls; the trial's finish writes them as the
+    trial's `logs/agent/trajectory.json` (`keep`)."""
+
+    def __init__(self, spec: str, log: SessionLog) -> None:
+        super().__init__(spec)
+        self.log = log
 
     def command(self) -> str:
         raise RuntimeError("a session's commands are its caller's: it has no agent process")
+
+    async def keep(self, result: TrialResult, agent_dir: Path, scrubber: Scrubber) -> None:
+        """The session's trajectory (`session_log.py`), once it was ready; a failure to write
+        it is a warning."""
+        if not self.log.opened:
+            return  # it never opened: no call, nothing to record
+        try:
+            await self.log.write(agent_dir, trial_id=result.trial_id, scrubber=scrubber)
+        except Exception as exc:
+            result.warnings.append(f"the session's trajectory was not written: {exc!r}")
 
 
 class SessionExecResult(BaseModel):
@@ -116,16 +141,24 @@ class Session:
         idle_ttl_sec: float | None = DEFAULT_IDLE_TTL_SEC,
         on_end: Callable[[Session], None] | None = None,
         output_cap: int | None = None,
-        max_write_bytes: int = DEFAULT_WRITE_CAP,
+        max_write_bytes: int | None = None,
     ) -> None:
-        """`idle_ttl_sec`: a session with no call for this long expires (None: never).
-        `output_cap`: a command's output is cut here (default `Limits.exec_output_cap_bytes`)."""
+        """`trial`'s agent is a `SessionAgent`. `idle_ttl_sec`: a session with no call for
+        this long expires (None: never). `output_cap` and `max_write_bytes` stand in for the
+        trial's `Limits.session_output_cap_bytes` and `session_write_cap_bytes`."""
         if idle_ttl_sec is not None and idle_ttl_sec <= 0:
             raise ValueError("idle_ttl_sec must be positive, or None for no expiry")
+        if not isinstance(trial.agent, SessionAgent):
+            raise TypeError("a session's trial runs a SessionAgent")
         self.trial = trial
         self.idle_ttl_sec = idle_ttl_sec
-        self.output_cap = output_cap
-        self.max_write_bytes = max_write_bytes
+        limits = trial.limits
+        self.output_cap = output_cap or limits.session_output_cap_bytes
+        self.max_write_bytes = max_write_bytes or limits.session_write_cap_bytes
+        self.command_cap = limits.session_command_cap_bytes
+        self.read_cap = limits.session_read_cap_bytes
+        self._log = trial.agent.log
+        trial.result.session = self._log.calls
         self._on_end = on_end
         self._phases = Phases(trial.result)
         self._status: SessionStatus = "opening"
@@ -134,6 +167,7 @@ class Session:
         self._closing = False
         self._sandbox: Sandbox | None = None
         self._owner = (0, 0)  # the uid and gid files written by the session get
+        self._user = ""  # who commands run as by default, by name ('': the image sets none)
         self._started = time.monotonic()
         self._ready_at = self._deadline = self._last = 0.0
         self._calls = 0
@@ -195,6 +229,7 @@ class Session:
             with timed(trial.result, "start"):
                 user = trial.context.agent_user or (await sandbox.image_defaults()).user
                 self._owner = await user_ids(sandbox, user, named_by="the session's user")
+                self._user = user
         except BaseException as exc:
             cancelled = isinstance(exc, asyncio.CancelledError)
             if isinstance(exc, Exception):
@@ -209,6 +244,9 @@ class Session:
         self._ready_at = self._last = time.monotonic()
         self._deadline = self._ready_at + trial.task.config.agent.timeout_sec
         self._status = "ready"
+        self._log.open(
+            session_id=self.session_id, instruction=trial.task.instruction, scrubber=trial.scrubber
+        )
         if self.idle_ttl_sec is not None:
             self._idle = asyncio.create_task(self._watch_idle(), name=f"idle {self.session_id}")
 
@@ -282,7 +320,9 @@ class Session:
         image's WORKDIR), with `env` over `[environment.env]`. `timeout_sec` (default and
         at most: what is left of the budget) stops the command the way every exec's limit
         does (`timeout -k`, which signals its whole process group); the session stays
-        usable. Output is stdout and stderr merged (`SessionExecResult`)."""
+        usable. Output is stdout and stderr merged (`SessionExecResult`), cut at
+        `Limits.session_output_cap_bytes`; the command's text (or the argv joined) may be at
+        most `Limits.session_command_cap_bytes`, else `SessionLimitError`."""
         if (command is None) == (argv is None):
             raise ValueError("exec takes a command or an argv, not both and not neither")
         if argv is not None and (not argv or not all(isinstance(a, str) for a in argv)):
@@ -290,15 +330,36 @@ class Session:
         if timeout_sec is not None and timeout_sec <= 0:
             raise ValueError("timeout_sec must be positive")
         text = command if command is not None else shlex.join(argv or [])
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        if size > self.command_cap:
+            raise SessionLimitError(
+                f"exec: the command is {size} bytes, more than a session command takes "
+                f"(Limits.session_command_cap_bytes = {self.command_cap}): write a long script "
+                "with write_file and run it, or "
+                + RAISE_A_CAP.format(name="session_command_cap_bytes")
+                + f" (at most {MAX_ARG_BYTES}, the longest argument Linux passes)"
+            )
         if cwd is not None and not cwd.startswith("/"):
             raise SessionPathError(f"cwd {cwd!r}: a session's paths must be absolute")
+        who = self.user if user is None else user
         async with self._call("exec") as (sandbox, remaining):
             limit = remaining if timeout_sec is None else min(timeout_sec, remaining)
-            done = await sandbox.exec(
-                text, timeout_sec=limit, env=dict(env or {}),
-                user=self.user if user is None else user, workdir=cwd,
-                output_cap=self.output_cap,
-            )  # fmt: skip
+            asked: dict[str, Any] = {"command": command} if argv is None else {"argv": argv}
+            ran_as = (self._user or "root") if user is None else user  # '': the image's USER
+            asked.update(timeout_sec=round(limit, 3), user=ran_as)
+            asked.update({"cwd": cwd or self.workdir} if cwd or self.workdir else {})
+            asked.update({"env": sorted(env)} if env else {})  # names only: values may be secret
+            with self._log.call("exec", asked) as note:
+                done = await sandbox.exec(
+                    text, timeout_sec=limit, env=dict(env or {}), user=who, workdir=cwd,
+                    output_cap=self.output_cap,
+                )  # fmt: skip
+                note.content, cut = self._log.output(done.output)
+                note.timed_out = done.timed_out
+                note.outcome = {
+                    "exit_code": done.exit_code, "timed_out": done.timed_out,
+                    "truncated": done.truncated, "output_cut": cut,
+                }  # fmt: skip
         return SessionExecResult(
             exit_code=done.exit_code, stdout=done.output, truncated=done.truncated,
             timed_out=done.timed_out, duration_sec=done.duration_sec,
@@ -306,33 +367,54 @@ class Session:
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write `data` to the absolute `path` (its folders made as needed), owned by the
-        session's user, with `mode`. At most `max_write_bytes`."""
+        session's user, with `mode`. At most `Limits.session_write_cap_bytes`, else
+        `SessionLimitError`."""
         where = check_path(path)
         if len(data) > self.max_write_bytes:
-            raise ValueError(
+            raise SessionLimitError(
                 f"{path}: {len(data)} bytes is more than a session writes at once "
-                f"({self.max_write_bytes})"
+                f"(Limits.session_write_cap_bytes = {self.max_write_bytes}): "
+                + RAISE_A_CAP.format(name="session_write_cap_bytes")
             )
         if not 0 <= mode <= 0o7777:
             raise ValueError(f"mode {mode:o}: not a file mode")
         async with self._call("write_file") as (sandbox, _remaining):
-            await sandbox.upload_file(where, bytes(data), mode=mode, owner=self._owner)
+            asked = {"path": where, "size": len(data), "mode": f"{mode:04o}"}
+            with self._log.call("write_file", asked) as note:
+                await sandbox.upload_file(where, bytes(data), mode=mode, owner=self._owner)
+                note.moved_bytes = len(data)
+                note.content = f"wrote {len(data)} bytes"
 
-    async def read_file(self, path: str, max_bytes: int = DEFAULT_READ_CAP) -> bytes:
+    async def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         """The bytes of the regular file at the absolute `path`. `FileNotFoundError` when it
-        is not there or is no regular file; `ValueError` when it is longer than `max_bytes`."""
+        is not there or is no regular file; `SessionLimitError` (a `ValueError`) when it is
+        longer than `max_bytes` (default, and at most: `Limits.session_read_cap_bytes`)."""
         where = check_path(path)
-        if max_bytes < 0:
+        if max_bytes is not None and max_bytes < 0:
             raise ValueError("max_bytes must be 0 or more")
+        cap = self.read_cap if max_bytes is None else min(max_bytes, self.read_cap)
+        if cap == max_bytes:
+            too_long = f"{path}: longer than max_bytes ({cap})"
+        else:
+            too_long = (
+                f"{path}: longer than a session reads at once (Limits.session_read_cap_bytes "
+                f"= {cap}): " + RAISE_A_CAP.format(name="session_read_cap_bytes")
+            )
         async with self._call("read_file") as (sandbox, _remaining):
-            with tempfile.TemporaryDirectory(prefix="trialbox-read-") as folder:
+            with (
+                self._log.call("read_file", {"path": where, "max_bytes": cap}) as note,
+                tempfile.TemporaryDirectory(prefix="trialbox-read-") as folder,
+            ):
                 try:
-                    cut = await sandbox.download(where, Path(folder), file_cap=max_bytes)
+                    cut = await sandbox.download(where, Path(folder), file_cap=cap)
                 except SandboxNotFoundError:
                     if (await sandbox.health()).exists:  # the file is missing, not the sandbox
                         raise FileNotFoundError(f"{path}: no such file in the sandbox") from None
                     raise
-                return await run_blocking(_read_one, Path(folder), path, bool(cut), max_bytes)
+                data = await run_blocking(_read_one, Path(folder), path, bool(cut), too_long)
+                note.moved_bytes = len(data)
+                note.content = f"read {len(data)} bytes"
+                return data
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -448,6 +530,7 @@ class Session:
             duration_sec=duration,
             detail=f"a session of {self._calls} call(s)",
         )
+        self.result.session = self._log.calls
 
     def _ended_now(self) -> None:
         if self._on_end is not None:
@@ -471,13 +554,14 @@ class Session:
             await self.close()
 
 
-def _read_one(folder: Path, path: str, cut: bool, max_bytes: int) -> bytes:
-    """The one regular file a download of `path` left in `folder`."""
+def _read_one(folder: Path, path: str, cut: bool, too_long: str) -> bytes:
+    """The one regular file a download of `path` left in `folder`; `too_long` is the
+    `SessionLimitError`'s message when the download was cut at its cap."""
     found = folder / posixpath.basename(posixpath.normpath(path))
     if not found.is_file() or found.is_symlink():
         raise FileNotFoundError(f"{path}: not a regular file")
     if cut:
-        raise ValueError(f"{path}: longer than max_bytes ({max_bytes})")
+        raise SessionLimitError(too_long)
     return found.read_bytes()
 
 
@@ -496,8 +580,9 @@ async def open_session(
     """A session on `task`, once its sandbox is ready; its folder is
     `<jobs_dir>/<job_id>/<trial id of session_id>`. `metadata["label"]` reaches only the
     verifier. A failure to open leaves a result.json as a failed trial does, and is raised."""
+    log = SessionLog(output_cap=config.limits.session_trajectory_output_cap_bytes)
     trial = Trial(
-        task, SessionAgent(SESSION_AGENT), config=config, backend=backend,
+        task, SessionAgent(SESSION_AGENT, log), config=config, backend=backend,
         trial_id=trial_id_for(session_id), job_id=job_id, metadata=metadata or {}, attempt=1,
         session_id=session_id, environ=environ,
     )  # fmt: skip

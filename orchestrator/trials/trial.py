@@ -398,6 +398,8 @@ class Trial:
             await self._guarded("collect", self._collect(sandbox), self.limits.collect_sec)
         await self._guarded("collect", self.logs.settle(self.scrubber, self.limits.collect_sec))
         await self._guarded("agent", self._keep_model_record())
+        agent_dir = self.trial_dir / "logs" / "agent"
+        await self._guarded("agent", self.agent.keep(self.result, agent_dir, self.scrubber))
         if not cancelled:
             record = None if self.link is None else self.link.record
             outage = None if record is None else record.outage()

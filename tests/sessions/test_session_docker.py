@@ -42,10 +42,20 @@ async def test_a_session_solves_hello_oracle_by_commands_and_leaves_no_container
     assert "cmdline" in procs.stdout and "sleep 30" not in procs.stdout  # the group is gone
     assert draft == b"Hello, trialbox!\n"
     assert moved.exit_code == 0
-    assert (said.exit_code, said.stdout) == (3, "Hello, trialbox!\noops\n")
+    assert said.exit_code == 3  # stdout and stderr merged: Docker's two pipes in either order
+    assert sorted(said.stdout.splitlines()) == ["Hello, trialbox!", "oops"]
     assert (result.status, result.reward, result.error) == ("success", 1.0, None)
     assert result.agent_spec == "session"
     assert (Path(result.trial_dir) / "result.json").is_file()
+    assert result.session is not None
+    assert (result.session.commands, result.session.timed_out) == (5, 1)
+    assert (result.session.writes, result.session.reads) == (1, 1)
+    assert 1 <= result.session.longest_command_sec <= result.session.commands_sec
+    doc = json.loads((Path(result.trial_dir) / "logs/agent/trajectory.json").read_text())
+    tools = [step["tool_calls"][0]["function_name"] for step in doc["steps"][1:]]
+    assert tools == ["exec", "exec", "exec", "write_file", "read_file", "exec", "exec"]
+    last = doc["steps"][-1]["observation"]["results"][0]["content"]
+    assert sorted(last.splitlines()) == ["Hello, trialbox!", "oops"]
     assert len(container_watch.created()) == 1
     left = docker_client.containers.list(
         all=True, filters={"label": f"trialbox.job={container_watch.job_id}"}
