@@ -241,12 +241,16 @@ class TrialboxClient:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idle_ttl_sec: float | None = None,
+        fast_path: bool = True,
     ) -> RemoteSession:
         """Open a session (returns once its sandbox is ready). `NoFreeSlot` (with
-        `retry_after`) when the server's slots are all held; `DuplicateSession` for a live id."""
+        `retry_after`) when the server's slots are all held; `DuplicateSession` for a live id.
+        `fast_path`: commands through a command channel where the sandbox has one."""
         given = {"task_id": task_id, "task": task, "session_id": session_id,
                  "idle_ttl_sec": idle_ttl_sec}  # fmt: skip
         body: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        if not fast_path:
+            body["fast_path"] = False
         if metadata:
             body["metadata"] = dict(metadata)
         response = await self.request("POST", "/sessions", json=body, long=True)

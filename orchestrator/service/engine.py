@@ -498,6 +498,7 @@ class TrialEngine:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idle_ttl_sec: float | None = DEFAULT_IDLE_TTL_SEC,
+        fast_path: bool = True,
     ) -> Session:
         """A session on a task (`task_id` under `tasks_dir`, a `task` folder, or the engine's
         default task), returned once its sandbox is ready (docs/sessions.md). `session_id`
@@ -507,8 +508,9 @@ class TrialEngine:
         ends. Raises `DuplicateSession` (a `ValueError`) for the id of a live session or
         rollout, `ValueError` for a bad request, `NoFreeSlot` (a `QueueFull`) when every slot
         is held (a session does not wait for one), `EngineClosed` once shut down, and what
-        failed its opening (its result.json says so). Sessions run on this host's backend
-        (not yet on a Ray cluster's nodes)."""
+        failed its opening (its result.json says so). `fast_path`: commands through a
+        command channel where the sandbox has one (False: each a plain exec). Sessions run on
+        this host's backend (not yet on a Ray cluster's nodes)."""
         if self.closed:
             raise EngineClosed("the engine is shutting down: no new sessions")
         session_id = session_id or new_id("session")
@@ -554,7 +556,7 @@ class TrialEngine:
             session = await open_session(
                 loaded, config=self.config, backend=self.executor.backend, job_id=self.job_id,
                 session_id=session_id, metadata=metadata, idle_ttl_sec=idle_ttl_sec,
-                on_end=ended,
+                on_end=ended, use_channel=fast_path,
             )  # fmt: skip
         except BaseException:
             release()

@@ -76,6 +76,11 @@ class OpenSessionRequest(BaseModel):
         DEFAULT_IDLE_TTL_SEC, gt=0, le=MAX_IDLE_TTL_SEC,
         description="With no call for this long the session expires.",
     )  # fmt: skip
+    fast_path: bool = Field(
+        True,
+        description="Commands through a command channel where the sandbox has one (stdout "
+        "and stderr apart, a few ms a command); false: each command a plain exec.",
+    )
 
     @field_validator("metadata")
     @classmethod
@@ -232,6 +237,7 @@ def add_session_routes(
             session = await engine.open_session(
                 task_id=request.task_id, task=request.task, session_id=request.session_id,
                 metadata=request.metadata, idle_ttl_sec=request.idle_ttl_sec,
+                fast_path=request.fast_path,
             )  # fmt: skip
         except QueueFull as exc:
             return JSONResponse(

@@ -55,6 +55,7 @@ from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import finish_shielded
 from orchestrator.sandbox import Backend, Sandbox
+from orchestrator.sandbox.channel import ChannelSandbox, CommandChannel
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
@@ -68,6 +69,8 @@ from orchestrator.trials.users import user_ids
 SessionStatus = Literal["opening", "ready", "verifying", "closed", "expired"]
 SESSION_AGENT = "session"  # the agent_spec a session's result.json records
 DEFAULT_IDLE_TTL_SEC = 600.0
+TIMEOUT_EXIT, KILLED_EXIT = 124, 137  # `timeout -k`'s exit codes
+CHANNEL_CLOSE_SEC = 10.0  # a channel's close; the sandbox's removal ends it in any case
 # How to raise a cap, said by every error that names one.
 RAISE_A_CAP = "raise it with TrialConfig(limits=Limits({name}=...)) where the session opens"
 PROTECTED = (paths.TESTS_DIR, paths.VERIFIER_DIR)  # the verifier's, refused before verify()
@@ -99,15 +102,20 @@ class SessionAgent(Agent):
 class SessionExecResult(BaseModel):
     """One command's answer.
 
-    The sandbox protocol gives one merged stream (stdout and stderr in the order written), so
-    `stdout` holds that merged output and `stderr` is always empty."""
+    Through the session's command channel (`sandbox/channel.py`: a Docker sandbox whose image
+    has `sh`, `setsid`, `mkfifo`, `head`) stdout and stderr come apart; through a plain exec
+    (the fallback: the fake, an image without those tools) the sandbox gives one merged
+    stream, and `stdout` holds it with `stderr` empty."""
 
     exit_code: int | None = Field(description="None when the exit code could not be read.")
-    stdout: str = Field(description="stdout and stderr merged, cut at the output cap.")
-    stderr: str = Field("", description="Always empty: the sandbox gives one merged stream.")
-    truncated: bool = Field(description="True when the output was cut at the cap.")
+    stdout: str = Field(description="stdout (merged with stderr without a channel), capped.")
+    stderr: str = Field("", description="stderr through a channel; empty through an exec.")
+    truncated: bool = Field(description="True when an output was cut at the cap.")
     timed_out: bool = Field(description="True when the command ran past its timeout.")
     duration_sec: float
+    channel: bool = Field(
+        False, description="True when it ran through the session's command channel."
+    )
 
 
 def check_path(path: str) -> str:
@@ -142,10 +150,13 @@ class Session:
         on_end: Callable[[Session], None] | None = None,
         output_cap: int | None = None,
         max_write_bytes: int | None = None,
+        use_channel: bool = True,
     ) -> None:
         """`trial`'s agent is a `SessionAgent`. `idle_ttl_sec`: a session with no call for
         this long expires (None: never). `output_cap` and `max_write_bytes` stand in for the
-        trial's `Limits.session_output_cap_bytes` and `session_write_cap_bytes`."""
+        trial's `Limits.session_output_cap_bytes` and `session_write_cap_bytes`.
+        `use_channel`: commands through a command channel where the sandbox has one (the
+        fast path); False runs each as a plain exec."""
         if idle_ttl_sec is not None and idle_ttl_sec <= 0:
             raise ValueError("idle_ttl_sec must be positive, or None for no expiry")
         if not isinstance(trial.agent, SessionAgent):
@@ -166,6 +177,8 @@ class Session:
         self._busy: asyncio.Task[Any] | None = None  # the task of the call running now
         self._closing = False
         self._sandbox: Sandbox | None = None
+        self.use_channel = use_channel
+        self._channels: dict[str, CommandChannel | None] = {}  # by user; None: no channel
         self._owner = (0, 0)  # the uid and gid files written by the session get
         self._user = ""  # who commands run as by default, by name ('': the image sets none)
         self._started = time.monotonic()
@@ -350,20 +363,67 @@ class Session:
             asked.update({"cwd": cwd or self.workdir} if cwd or self.workdir else {})
             asked.update({"env": sorted(env)} if env else {})  # names only: values may be secret
             with self._log.call("exec", asked) as note:
-                done = await sandbox.exec(
-                    text, timeout_sec=limit, env=dict(env or {}), user=who, workdir=cwd,
-                    output_cap=self.output_cap,
-                )  # fmt: skip
-                note.content, cut = self._log.output(done.output)
+                channel = await self._channel(sandbox, who)
+                if channel is not None:
+                    done = await self._run_in(channel, argv or text, limit, env, cwd)
+                else:
+                    ran = await sandbox.exec(
+                        text, timeout_sec=limit, env=dict(env or {}), user=who, workdir=cwd,
+                        output_cap=self.output_cap,
+                    )  # fmt: skip
+                    done = SessionExecResult(
+                        exit_code=ran.exit_code, stdout=ran.output, truncated=ran.truncated,
+                        timed_out=ran.timed_out, duration_sec=ran.duration_sec,
+                    )  # fmt: skip
+                note.content, cut = self._log.output(done.stdout + done.stderr)
                 note.timed_out = done.timed_out
                 note.outcome = {
                     "exit_code": done.exit_code, "timed_out": done.timed_out,
                     "truncated": done.truncated, "output_cut": cut,
                 }  # fmt: skip
-        return SessionExecResult(
-            exit_code=done.exit_code, stdout=done.output, truncated=done.truncated,
-            timed_out=done.timed_out, duration_sec=done.duration_sec,
+        return done
+
+    async def _channel(self, sandbox: Sandbox, user: str) -> CommandChannel | None:
+        """The session's command channel for `user`, opened on first use; None where the
+        sandbox has none (then every command is a plain exec)."""
+        if not self.use_channel or not isinstance(sandbox, ChannelSandbox):
+            return None
+        if user not in self._channels:
+            self._channels[user] = await sandbox.open_channel(user)
+        return self._channels[user]
+
+    async def _run_in(
+        self,
+        channel: CommandChannel,
+        command: str | list[str],
+        limit: float,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+    ) -> SessionExecResult:
+        ran = await channel.run(
+            command, timeout_sec=limit, env=env, cwd=cwd or self.workdir,
+            output_cap=self.output_cap,
         )  # fmt: skip
+        # A timed-out command reads as `timeout -k` reports it through a plain exec: 124 when
+        # its TERM ended it, 137 when only the KILL after it did.
+        stopped = ran.timed_out and ran.exit_code != KILLED_EXIT
+        return SessionExecResult(
+            exit_code=TIMEOUT_EXIT if stopped else ran.exit_code,
+            stdout=ran.stdout.decode("utf-8", errors="replace"),
+            stderr=ran.stderr.decode("utf-8", errors="replace"),
+            truncated=ran.stdout_truncated or ran.stderr_truncated,
+            timed_out=ran.timed_out,
+            duration_sec=ran.duration_sec,
+            channel=True,
+        )
+
+    async def _close_channels(self) -> None:
+        """Every channel ended (their processes with them) before the verifier or teardown."""
+        channels = [c for c in self._channels.values() if c is not None]
+        self._channels.clear()
+        for channel in channels:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(channel.close(), CHANNEL_CLOSE_SEC)
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write `data` to the absolute `path` (its folders made as needed), owned by the
@@ -498,6 +558,8 @@ class Session:
         sandbox, staged = self._sandbox, trial.staged
         assert sandbox is not None and staged is not None
         self._record_agent(termination)
+        if not abort:  # a host abort removes the sandbox, channels and all, at once
+            await self._close_channels()
         verified = cancelled = False
         if verify:
             try:
@@ -576,17 +638,19 @@ async def open_session(
     idle_ttl_sec: float | None = DEFAULT_IDLE_TTL_SEC,
     on_end: Callable[[Session], None] | None = None,
     environ: Mapping[str, str] | None = None,
+    use_channel: bool = True,
 ) -> Session:
     """A session on `task`, once its sandbox is ready; its folder is
     `<jobs_dir>/<job_id>/<trial id of session_id>`. `metadata["label"]` reaches only the
-    verifier. A failure to open leaves a result.json as a failed trial does, and is raised."""
+    verifier. A failure to open leaves a result.json as a failed trial does, and is raised.
+    `use_channel`: see `Session`."""
     log = SessionLog(output_cap=config.limits.session_trajectory_output_cap_bytes)
     trial = Trial(
         task, SessionAgent(SESSION_AGENT, log), config=config, backend=backend,
         trial_id=trial_id_for(session_id), job_id=job_id, metadata=metadata or {}, attempt=1,
         session_id=session_id, environ=environ,
     )  # fmt: skip
-    session = Session(trial, idle_ttl_sec=idle_ttl_sec, on_end=on_end)
+    session = Session(trial, idle_ttl_sec=idle_ttl_sec, on_end=on_end, use_channel=use_channel)
     await session._open()
     return session
 

@@ -109,7 +109,7 @@ async def test_an_episode_over_http_opens_runs_moves_files_and_verifies(tmp_path
     assert ran.status_code == 200
     assert ran.json() | {"duration_sec": 0} == {
         "exit_code": 0, "stdout": "", "stderr": "", "truncated": False, "timed_out": False,
-        "duration_sec": 0,
+        "duration_sec": 0, "channel": False,
     }  # fmt: skip
     assert put.status_code == 204 and put.content == b""
     assert sandbox.files.get("/app/notes.txt").mode == 0o600  # type: ignore[union-attr]

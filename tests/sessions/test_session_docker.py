@@ -39,11 +39,11 @@ async def test_a_session_solves_hello_oracle_by_commands_and_leaves_no_container
     assert "secret" not in looked.stdout and "No such file" in looked.stdout
     assert json.loads(looked.stdout.splitlines()[-1])["metadata"] == {}
     assert (slow.timed_out, slow.exit_code) == (True, 124)
-    assert "cmdline" in procs.stdout and "sleep 30" not in procs.stdout  # the group is gone
+    assert procs.stdout.count("\n") >= 2 and "sleep 30" not in procs.stdout  # the group is gone
     assert draft == b"Hello, trialbox!\n"
     assert moved.exit_code == 0
-    assert said.exit_code == 3  # stdout and stderr merged: Docker's two pipes in either order
-    assert sorted(said.stdout.splitlines()) == ["Hello, trialbox!", "oops"]
+    assert (said.exit_code, said.channel) == (3, True)  # through the command channel
+    assert (said.stdout, said.stderr) == ("Hello, trialbox!\n", "oops\n")
     assert (result.status, result.reward, result.error) == ("success", 1.0, None)
     assert result.agent_spec == "session"
     assert (Path(result.trial_dir) / "result.json").is_file()
@@ -55,9 +55,22 @@ async def test_a_session_solves_hello_oracle_by_commands_and_leaves_no_container
     tools = [step["tool_calls"][0]["function_name"] for step in doc["steps"][1:]]
     assert tools == ["exec", "exec", "exec", "write_file", "read_file", "exec", "exec"]
     last = doc["steps"][-1]["observation"]["results"][0]["content"]
-    assert sorted(last.splitlines()) == ["Hello, trialbox!", "oops"]
+    assert last == "Hello, trialbox!\noops\n"
     assert len(container_watch.created()) == 1
     left = docker_client.containers.list(
         all=True, filters={"label": f"trialbox.job={container_watch.job_id}"}
     )
     assert left == []
+
+
+async def test_without_the_fast_path_each_command_is_a_plain_exec_with_merged_output(
+    config: TrialConfig, container_watch: ContainerWatch
+) -> None:
+    async with TrialEngine(config=config, job_id=container_watch.job_id) as engine:
+        async with await engine.open_session(task=HELLO, fast_path=False) as session:
+            said = await session.exec("echo out; echo err >&2; exit 2")
+            slow = await session.exec("sleep 30", timeout_sec=0.5)
+
+    assert (said.exit_code, said.channel, said.stderr) == (2, False, "")
+    assert sorted(said.stdout.splitlines()) == ["err", "out"]  # Docker's pipes, either order
+    assert (slow.timed_out, slow.exit_code, slow.channel) == (True, 124, False)
