@@ -66,6 +66,7 @@ from orchestrator.service.rollouts import (
     NoFreeSlot,
     RolloutRequest,
     RolloutStatus,
+    ScopeAborted,
 )
 from orchestrator.service.status import settled_status
 from orchestrator.service.tombstones import (
@@ -506,8 +507,9 @@ class TrialEngine:
         job folder; `metadata["label"]` reaches only its verifier; `idle_ttl_sec` without a
         call expires it (None: never). The session holds one of the engine's slots until it
         ends. Raises `DuplicateSession` (a `ValueError`) for the id of a live session or
-        rollout, `ValueError` for a bad request, `NoFreeSlot` (a `QueueFull`) when every slot
-        is held (a session does not wait for one), `EngineClosed` once shut down, and what
+        rollout (`ScopeAborted` for one in a scope `abort(scope)` ended lately), `ValueError`
+        for a bad request, `NoFreeSlot` (a `QueueFull`) when every slot is held (a session
+        does not wait for one), `EngineClosed` once shut down, and what
         failed its opening (its result.json says so). `fast_path`: commands through a
         command channel where the sandbox has one (False: each a plain exec). Sessions run on
         this host's backend (not yet on a Ray cluster's nodes)."""
@@ -520,6 +522,13 @@ class TrialEngine:
             )
         if session_id in self._sessions:
             raise DuplicateSession(f"session {session_id!r} is live: close it or use another id")
+        aborted = self._book.tombstones.aborted_scope(session_id)
+        if aborted is not None:
+            raise ScopeAborted(
+                f"session {session_id!r}: its scope {aborted!r} was aborted; sessions of an "
+                f"aborted scope opened within {self.abort_tombstone_sec:g} s of the abort do "
+                "not start"
+            )
         if session_id in self._book.live:  # the two would share a trial folder
             raise DuplicateSession(f"{session_id!r} is a live rollout's id; use another")
         from orchestrator.executors.local import LocalExecutor  # as executor_for imports it

@@ -164,6 +164,11 @@ class DuplicateSession(TrialboxError, ValueError):
     category = "validation"
 
 
+class ScopeAborted(DuplicateSession):
+    """The session's id falls in a scope `abort(scope)` ended lately: like a late rollout of
+    that scope, it does not start (409)."""
+
+
 class EngineClosed(TrialboxError):
     """The engine is shutting down and accepts no new rollouts."""
 

@@ -83,6 +83,10 @@ class Tombstones:
         """Refuse the scope's rollouts for `scope_ttl_sec` (safe from any thread)."""
         self._scopes.set(scope, None)
 
+    def aborted_scope(self, rollout_id: str) -> str | None:
+        """The scope aborted lately that `rollout_id` falls in (it starts with it), if any."""
+        return next((scope for scope in self._scopes.keys() if rollout_id.startswith(scope)), None)
+
     def bury_if_aborted(self, request: RolloutRequest) -> RolloutStatus | None:
         """If the request falls in a scope aborted lately (its id starts with the scope, or
         its session_id is the scope), tombstone its id and return the tombstone."""

@@ -24,6 +24,8 @@ from orchestrator.common.errors import (
     SessionClosedError,
     SessionPathError,
 )
+from orchestrator.sandbox import Health
+from orchestrator.service.rollouts import ScopeAborted
 from orchestrator.tasks.task import load_task
 from orchestrator.trials.session import Session, open_session
 from tests.conftest import write_task
@@ -294,6 +296,33 @@ async def test_a_sandbox_removed_from_outside_ends_the_session_as_infra(tmp_path
     assert session.status == "closed"
 
 
+@pytest.mark.parametrize(
+    ("engine_says", "error_type"),
+    [
+        (Health(oom_kills=1, running=False), "AgentResourceError"),  # its memory: the agent's
+        (Health(running=False, died_inside=True), "AgentResourceError"),  # it ended inside
+    ],
+)
+async def test_a_sandbox_the_commands_broke_ends_the_session_as_the_agent_s(
+    tmp_path: Path, engine_says: Health, error_type: str
+) -> None:
+    backend = FakeBackend(QUICK)
+    session = await opened(tmp_path, backend, task_toml="[environment]\nmemory_mb = 256\n")
+    await session.exec("echo working")
+    backend.created[0].engine_health = engine_says  # what its last command did to it
+
+    with pytest.raises(Exception) as raised:
+        await session.exec("true")
+
+    assert type(raised.value).__name__ == error_type
+    result = on_disk(session.result)
+    assert result.error is not None
+    assert (result.error.category, result.error.type) == ("agent", error_type)
+    assert result.error.discardable is False  # the sample counts
+    assert session.status == "closed"
+    assert backend.created[0].destroyed
+
+
 # -- through the engine --------------------------------------------------------------------------
 
 
@@ -329,6 +358,10 @@ async def test_abort_and_shutdown_end_live_sessions(tmp_path: Path) -> None:
     assert said == {"tenant-a::1": "cancelled_running"}
     assert mine.status == "closed" and mine.result.status == "cancelled"
     assert theirs.status == "ready"
+    with pytest.raises(ScopeAborted, match="'tenant-a::' was aborted"):
+        await engine.open_session(session_id="tenant-a::2")  # late, like a late rollout
+    other = await engine.open_session(session_id="tenant-b::2")
+    await other.close()
 
     await engine.shutdown(drain_sec=0)
 
