@@ -142,7 +142,7 @@ class RemoteSession:
         if env:
             body["env"] = dict(env)
         response = await self._client.request("POST", f"{self._path}/exec", json=body, long=True)
-        return SessionExecResult.model_validate(response.json())
+        return SessionExecResult.model_validate_json(response.content)
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write `data` to the absolute `path` in the sandbox, with `mode`."""

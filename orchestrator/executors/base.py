@@ -22,6 +22,7 @@ from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import NodeInfo, TrialResult
+from orchestrator.trials.session import DEFAULT_IDLE_TTL_SEC, SessionHandle
 
 if TYPE_CHECKING:
     from orchestrator.gateway.server import Gateway
@@ -91,6 +92,23 @@ class Executor(ABC):
     def gateway(self) -> Gateway | None:
         """The model gateway this process serves its trials with, once one was needed."""
         return None
+
+    async def open_session(
+        self,
+        task: Task,
+        *,
+        job_id: str,
+        session_id: str,
+        metadata: Mapping[str, Any] | None = None,
+        idle_ttl_sec: float | None = DEFAULT_IDLE_TTL_SEC,
+        on_end: Callable[[SessionHandle], None] | None = None,
+        use_channel: bool = True,
+    ) -> SessionHandle:
+        """A session on `task` (`trials/session.py`), where this executor runs trials, once
+        its sandbox is ready; its folder is this host's `<jobs_dir>/<job_id>/<trial id>`.
+        `on_end` is called once it ended (also when it failed to open, before that error
+        is raised), its result.json written on this host."""
+        raise NotImplementedError(f"the {self.name!r} executor opens no sessions")
 
     async def aclose(self) -> None:
         """Let go of what the trials shared (the engine's shutdown)."""

@@ -9,7 +9,7 @@ the one its config names (`backends.build_backend`: it lives here, not beside `T
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialResult
+from orchestrator.trials.session import DEFAULT_IDLE_TTL_SEC, Session, SessionHandle, open_session
 from orchestrator.trials.trial import Trial
 
 
@@ -64,6 +65,24 @@ class LocalExecutor(Executor):
         if self._gateway is None:
             self._gateway = Gateway()
         return self._gateway
+
+    async def open_session(
+        self,
+        task: Task,
+        *,
+        job_id: str,
+        session_id: str,
+        metadata: Mapping[str, Any] | None = None,
+        idle_ttl_sec: float | None = DEFAULT_IDLE_TTL_SEC,
+        on_end: Callable[[SessionHandle], None] | None = None,
+        use_channel: bool = True,
+    ) -> Session:
+        """A `Session` in this process, on this executor's backend."""
+        return await open_session(
+            task, config=self.config, backend=self.backend, job_id=job_id,
+            session_id=session_id, metadata=metadata, idle_ttl_sec=idle_ttl_sec,
+            on_end=on_end, use_channel=use_channel,
+        )  # fmt: skip
 
     async def aclose(self) -> None:
         """Close the shared gateway, if one was made."""

@@ -7,8 +7,10 @@ abort there) and settling are the same. What differs is where the files come fro
 sends the trial's whole folder back, and the result records the node and engine. A node that
 died mid-trial leaves a result saying so, with category `infra`.
 
+Sessions are placed the same way (`placed_session.py`): `PlacedExecutor.open_session`.
+
 `PlacedExecutor` is the executor: this host's trial folder, trial.json and result.json, the
-node's events, a lost node as `infra`.
+node's events, a lost node as `infra`; `PlacedRun` one trial's run (a session's extends it).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from orchestrator.common.archive import extract_stream, tar_of_dir
 from orchestrator.common.atomic_write import write_atomic_sync
@@ -27,12 +31,14 @@ from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import finish_shielded
 from orchestrator.executors.base import Executor, TrialEvents, TrialRun
 from orchestrator.executors.node_trial import Finished, Grading, TrialWork
-from orchestrator.executors.placement import Placement, Resources
+from orchestrator.executors.placement import PlacedWork, Placement, Resources
 from orchestrator.sandbox import ImageMaker, Reaper
+from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import WorkflowAgent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.materialize import claim_folder
 from orchestrator.trials.result import NodeInfo, TrialError, TrialResult, initial_result
+from orchestrator.trials.session import DEFAULT_IDLE_TTL_SEC, SessionHandle
 from orchestrator.trials.spec import spec_of, write_spec
 
 # Files come back capped at the node (logs at Limits.log_file_cap_bytes); this only keeps a
@@ -58,6 +64,26 @@ class PlacedExecutor(Executor):
 
     async def run(self, run: TrialRun, events: TrialEvents) -> TrialResult:
         return await PlacedRun(self.placement, run, self.config, events).run()
+
+    async def open_session(
+        self,
+        task: Task,
+        *,
+        job_id: str,
+        session_id: str,
+        metadata: Mapping[str, Any] | None = None,
+        idle_ttl_sec: float | None = DEFAULT_IDLE_TTL_SEC,
+        on_end: Callable[[SessionHandle], None] | None = None,
+        use_channel: bool = True,
+    ) -> SessionHandle:
+        """A session placed as a trial is, its calls carried to its node (`placed_session`)."""
+        from orchestrator.executors.placed_session import open_placed_session
+
+        return await open_placed_session(
+            self.placement, task, config=self.config, job_id=job_id, session_id=session_id,
+            metadata=metadata, idle_ttl_sec=idle_ttl_sec, on_end=on_end,
+            use_channel=use_channel,
+        )  # fmt: skip
 
     @property
     def images(self) -> ImageMaker:
@@ -90,6 +116,11 @@ class PlacedRun:
                              model=model, credentials=config.credentials)  # fmt: skip
         events.result(self.result)
 
+    @property
+    def key(self) -> str:
+        """The work's name where it runs (a cancel, a session's call name it)."""
+        return f"{self.job_id}/{self.trial_id}"
+
     # -- on the way -----------------------------------------------------------------------
 
     def _on_event(self, event: object) -> None:
@@ -102,25 +133,34 @@ class PlacedRun:
         elif isinstance(event, Finished):
             self._finished = event
 
-    def _work(self) -> TrialWork:
-        """What the node needs (blocking: it reads the agent's code from this disk)."""
-        env = self.task.config.environment
+    def _host_env(self) -> tuple[tuple[str, str], ...]:
+        """This host's values of the variables the task's `${VAR}` templates read."""
         templates = self.task.config.env_templates(include_solution=self.agent.runs_solution)
         names = {t.variable for t in templates}
-        host_env = {name: os.environ[name] for name in names if name in os.environ}
+        return tuple(sorted((name, os.environ[name]) for name in names if name in os.environ))
+
+    def _resources(self) -> Resources:
+        env = self.task.config.environment
+        return Resources(cpus=env.cpus, memory_mb=env.memory_mb)
+
+    def _placed_work(self) -> PlacedWork:
+        """The work the node runs (blocking): the trial's (a session's run has its own)."""
+        return self._work()
+
+    def _work(self) -> TrialWork:
+        """What the node needs (blocking: it reads the agent's code from this disk)."""
+        host_env = self._host_env()
         self.agent.carry_files()  # a bundle's code travels with the agent
         code = None
         if isinstance(self.agent, WorkflowAgent):
             code = tar_of_dir(self.agent.source, self.agent.source.name)
         return TrialWork(
-            key=f"{self.job_id}/{self.trial_id}",
-            resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb),
+            key=self.key, resources=self._resources(),
             agent=self.agent, config=self.config, trial_id=self.trial_id, job_id=self.job_id,
             metadata=dict(self.run_of.metadata), attempt=self.result.attempt,
             rollout_id=self.result.rollout_id, session_id=self.result.session_id,
             prompt=self.run_of.prompt, model=self.run_of.model,
-            host_env=tuple(sorted(host_env.items())),
-            agent_code=code,
+            host_env=host_env, agent_code=code,
         )  # fmt: skip
 
     # -- the whole trial ----------------------------------------------------------------------
@@ -135,7 +175,7 @@ class PlacedRun:
             self.result.trial_id, self.result.trial_dir = self.trial_id, str(self.trial_dir)
             self._spec.trial_id = self.trial_id
             await run_blocking(self._write_spec)
-            work = await run_blocking(self._work)
+            work = await run_blocking(self._placed_work)
             await self.placement.run(work, self.task, self._on_event)
         except asyncio.CancelledError:
             cancelled = True

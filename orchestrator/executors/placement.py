@@ -7,6 +7,10 @@ that work the node's own backend and a copy of the task there, and brings back w
 emits. `PlacedExecutor` (`placed.py`) runs its trials through one; `ray/placement.py` is
 Ray's, and the tests have one that runs each work in this process.
 
+A work may also answer questions while it runs (a session's calls: `node_session.py`):
+`Placement.ask` carries one to the node that runs the work and its answer, or the exception
+it raised there, back.
+
 `Placement` is the interface; `PlacedWork` the work it carries (it pickles), `Resources` what
 the work holds on its node (its sandbox's cpus and memory).
 """
@@ -66,3 +70,13 @@ class Placement(ABC):
         bound passed) the cancel is re-raised here. A node that dies or stops answering
         raises `SandboxLostError` (infra); a task that no node could hold, `TaskError`.
         """
+
+    async def ask(self, key: str, request: Any) -> Any:
+        """Carry `request` to the running work named `key` on its node (a session's call,
+        `node_session.answer` there) and return its answer; an exception raised there is
+        raised here as the same type. A node that died or stops answering raises
+        `SandboxLostError`. A placement that cannot reach a running work does not place
+        sessions."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot reach a running work: it places no sessions"
+        )

@@ -23,7 +23,8 @@ cancel names), `callbacks` (the `Outbox` of POSTs on their way) and `orphans` (t
 `orphan_timeout_sec` timer that cancels a rollout nobody asks about).
 
 `open_session` opens a session (`trials/session.py`; docs/sessions.md): a task's sandbox that
-its caller drives a call at a time, on this engine's backend, in its job folder. A session
+its caller drives a call at a time, where the engine's trials run (its executor's
+`open_session`: this host's backend, or a cluster's node), in its job folder. A session
 holds one of the `n_concurrent` slots rollouts run in, from its open until it ends, and never
 waits for one (`NoFreeSlot` when none is free). The engine's shutdown, `abort(scope)` and a
 cancel by ids, prefix or all end live sessions as host aborts; an ended session stays
@@ -81,7 +82,7 @@ from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.result import TrialResult
-from orchestrator.trials.session import DEFAULT_IDLE_TTL_SEC, Session, open_session
+from orchestrator.trials.session import DEFAULT_IDLE_TTL_SEC, SessionHandle
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +190,9 @@ class TrialEngine:
         self._trials = TrialMaker(self.config, self.executor, self.job_id)
         self._orphans = OrphanWatch(orphan_timeout_sec, clock or time.monotonic, self._orphaned)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._sessions: dict[str, Session | None] = {}  # live sessions; None while opening
-        self._session_aborts: dict[Session, asyncio.Future[TrialResult]] = {}
-        self._ended_sessions: TtlCache[Session] = (
+        self._sessions: dict[str, SessionHandle | None] = {}  # live sessions; None while opening
+        self._session_aborts: dict[SessionHandle, asyncio.Future[TrialResult]] = {}
+        self._ended_sessions: TtlCache[SessionHandle] = (
             TtlCache(retention_sec) if clock is None else TtlCache(retention_sec, clock=clock)
         )
         _engines.add(self)
@@ -421,7 +422,7 @@ class TrialEngine:
         prefix: str | None,
         everything: bool,
         within: str | None,
-    ) -> dict[str, Session]:
+    ) -> dict[str, SessionHandle]:
         """The live sessions a cancel's selector names (a `session_id` selector names a
         rollouts' scope, never a session), narrowed to `within`."""
         live = {i: s for i, s in self.sessions.items() if within is None or i.startswith(within)}
@@ -500,7 +501,7 @@ class TrialEngine:
         metadata: Mapping[str, Any] | None = None,
         idle_ttl_sec: float | None = DEFAULT_IDLE_TTL_SEC,
         fast_path: bool = True,
-    ) -> Session:
+    ) -> SessionHandle:
         """A session on a task (`task_id` under `tasks_dir`, a `task` folder, or the engine's
         default task), returned once its sandbox is ready (docs/sessions.md). `session_id`
         (the rollout id grammar; default: a new one) names its trial folder in this engine's
@@ -511,8 +512,9 @@ class TrialEngine:
         for a bad request, `NoFreeSlot` (a `QueueFull`) when every slot is held (a session
         does not wait for one), `EngineClosed` once shut down, and what
         failed its opening (its result.json says so). `fast_path`: commands through a
-        command channel where the sandbox has one (False: each a plain exec). Sessions run on
-        this host's backend (not yet on a Ray cluster's nodes)."""
+        command channel where the sandbox has one (False: each a plain exec). Sessions run
+        where the engine's trials run: on this host's backend, or placed on a cluster's node
+        as a trial is, each call going to that node (`executors/placed_session.py`)."""
         if self.closed:
             raise EngineClosed("the engine is shutting down: no new sessions")
         session_id = session_id or new_id("session")
@@ -531,13 +533,6 @@ class TrialEngine:
             )
         if session_id in self._book.live:  # the two would share a trial folder
             raise DuplicateSession(f"{session_id!r} is a live rollout's id; use another")
-        from orchestrator.executors.local import LocalExecutor  # as executor_for imports it
-
-        if not isinstance(self.executor, LocalExecutor):
-            raise NotImplementedError(
-                f"sessions run on this host's backend; this engine's trials run on "
-                f"{self.executor.name!r} (sessions on a cluster are not supported yet)"
-            )
         request = RolloutRequest(
             rollout_id=session_id, task_id=task_id, task=None if task is None else str(task)
         )
@@ -551,7 +546,7 @@ class TrialEngine:
         await self._slots.acquire()  # free: taken at once, without a wait
         release = self._slot_releaser()
 
-        def ended(session: Session) -> None:
+        def ended(session: SessionHandle) -> None:
             release()
             self._session_ended(session)
 
@@ -562,10 +557,9 @@ class TrialEngine:
                 raise EngineClosed("the engine shut down while the session opened")
             self._hold_job_folder()
             self.loop = asyncio.get_running_loop()
-            session = await open_session(
-                loaded, config=self.config, backend=self.executor.backend, job_id=self.job_id,
-                session_id=session_id, metadata=metadata, idle_ttl_sec=idle_ttl_sec,
-                on_end=ended, use_channel=fast_path,
+            session = await self.executor.open_session(
+                loaded, job_id=self.job_id, session_id=session_id, metadata=metadata,
+                idle_ttl_sec=idle_ttl_sec, on_end=ended, use_channel=fast_path,
             )  # fmt: skip
         except BaseException:
             release()
@@ -587,17 +581,17 @@ class TrialEngine:
 
         return release
 
-    def _session_ended(self, session: Session) -> None:
+    def _session_ended(self, session: SessionHandle) -> None:
         if self._sessions.get(session.session_id) in (session, None):
             self._sessions.pop(session.session_id, None)
         self._ended_sessions.set(session.session_id, session)
 
     @property
-    def sessions(self) -> dict[str, Session]:
+    def sessions(self) -> dict[str, SessionHandle]:
         """The live sessions, by id."""
         return {i: s for i, s in self._sessions.items() if s is not None}
 
-    def session(self, session_id: str) -> Session | None:
+    def session(self, session_id: str) -> SessionHandle | None:
         """The session of this id: live, or ended within the retention window (its status
         and result stay readable); None when unknown or still opening."""
         return self._sessions.get(session_id) or self._ended_sessions.get(session_id)
@@ -614,7 +608,7 @@ class TrialEngine:
             self._abort_session(session, reason)
         return dict.fromkeys(chosen, "cancelled_running")
 
-    def _abort_session(self, session: Session, reason: str) -> None:
+    def _abort_session(self, session: SessionHandle, reason: str) -> None:
         """A host abort of one live session in a task of its own; once per session (a second
         abort, from a cancel and an abort of the same scope, leaves the first to finish)."""
         if session in self._session_aborts:

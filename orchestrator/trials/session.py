@@ -22,7 +22,9 @@ output, a write and a read are capped by `Limits.session_*`; a refusal is a
 `SessionLimitError` naming the limit and how to raise it.
 
 `Session` is the class, `open_session` makes one; `SessionExecResult` is a command's answer,
-`SessionAgent` the agent a session's trial records.
+`SessionAgent` the agent a session's trial records. `SessionHandle` is what a caller holds of a
+session wherever its sandbox is: a `Session` here, or a session placed on a cluster's node
+(`executors/placed_session.py`), whose calls go to the node that holds its sandbox.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -132,6 +134,55 @@ def check_path(path: str) -> str:
                 "verify() (it is reset and filled only when the session is verified)"
             )
     return normal
+
+
+class SessionHandle(Protocol):
+    """A session as its caller (the engine, the HTTP routes, a trainer) uses it, wherever its
+    sandbox is: `Session` in this process, `PlacedSession` on a cluster's node. The calls,
+    their answers and the exceptions they raise are the same; see `Session` for each."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def status(self) -> SessionStatus: ...
+    @property
+    def result(self) -> TrialResult: ...
+    @property
+    def trial_dir(self) -> Path: ...
+    @property
+    def instruction(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def workdir(self) -> str | None: ...
+    @property
+    def remaining_sec(self) -> float: ...
+    @property
+    def idle_ttl_sec(self) -> float | None: ...
+
+    async def exec(
+        self,
+        command: str | None = None,
+        *,
+        argv: list[str] | None = None,
+        timeout_sec: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+    ) -> SessionExecResult: ...
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+    async def read_file(self, path: str, max_bytes: int | None = None) -> bytes: ...
+    async def verify(self) -> TrialResult: ...
+    async def close(self) -> TrialResult: ...
+    async def abort(self, reason: str = "") -> TrialResult: ...
+    async def __aenter__(self) -> SessionHandle: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
 
 
 class Session:
@@ -639,16 +690,18 @@ async def open_session(
     on_end: Callable[[Session], None] | None = None,
     environ: Mapping[str, str] | None = None,
     use_channel: bool = True,
+    trial_id: str | None = None,
 ) -> Session:
     """A session on `task`, once its sandbox is ready; its folder is
-    `<jobs_dir>/<job_id>/<trial id of session_id>`. `metadata["label"]` reaches only the
-    verifier. A failure to open leaves a result.json as a failed trial does, and is raised.
-    `use_channel`: see `Session`."""
+    `<jobs_dir>/<job_id>/<trial id of session_id>` (or `trial_id`, when the caller claimed
+    one). `metadata["label"]` reaches only the verifier. A failure to open leaves a
+    result.json as a failed trial does, and is raised (`on_end` has been called with the
+    session by then, as at every end). `use_channel`: see `Session`."""
     log = SessionLog(output_cap=config.limits.session_trajectory_output_cap_bytes)
     trial = Trial(
         task, SessionAgent(SESSION_AGENT, log), config=config, backend=backend,
-        trial_id=trial_id_for(session_id), job_id=job_id, metadata=metadata or {}, attempt=1,
-        session_id=session_id, environ=environ,
+        trial_id=trial_id or trial_id_for(session_id), job_id=job_id,
+        metadata=metadata or {}, attempt=1, session_id=session_id, environ=environ,
     )  # fmt: skip
     session = Session(trial, idle_ttl_sec=idle_ttl_sec, on_end=on_end, use_channel=use_channel)
     await session._open()
@@ -660,6 +713,7 @@ __all__ = [
     "Session",
     "SessionAgent",
     "SessionExecResult",
+    "SessionHandle",
     "SessionStatus",
     "check_path",
     "open_session",

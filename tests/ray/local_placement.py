@@ -1,15 +1,18 @@
 """The simplest `Placement`: each work runs in this process, on a backend of its own (a
 fake "node"), after the pickle round trip every placed work and event must survive. The
-placed executor (`executors/placed.py`, `node_trial.py`) is tested with it without Ray;
+placed executor (`executors/placed.py`, `node_trial.py`) and placed sessions
+(`placed_session.py`, `node_session.py`: `ask` carries a call) are tested with it without Ray;
 `LostPlacement` is a node that dies under its first trials."""
 
 from __future__ import annotations
 
 import asyncio
 import pickle
+from typing import Any
 
 from orchestrator.backends.fake import FakeBackend
 from orchestrator.common.errors import SandboxLostError
+from orchestrator.executors.node_session import answer
 from orchestrator.executors.placed import PlacedExecutor
 from orchestrator.executors.placement import Emit, PlacedWork, Placement
 from orchestrator.tasks.task import Task
@@ -41,6 +44,15 @@ class LocalPlacement(Placement):
         except asyncio.CancelledError:
             self.cancelled.append(work.key)
             raise
+
+    async def ask(self, key: str, request: Any) -> Any:
+        """A session's call to its "node": the call, its answer and any exception it raised
+        each go through the pickle round trip Ray would put them through."""
+        try:
+            answered = await answer(key, travelled(request))  # type: ignore[arg-type]
+        except Exception as exc:
+            raise travelled(exc) from None  # type: ignore[misc]
+        return travelled(answered)
 
 
 class LostPlacement(LocalPlacement):

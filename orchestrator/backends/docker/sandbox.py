@@ -17,6 +17,7 @@ import shlex
 import time
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
+from typing import Any
 
 from docker.models.containers import Container
 from docker.types import Mount as DockerMount
@@ -115,6 +116,9 @@ class DockerSandbox:
         self._destroy = RunOnce(self._remove, self.limits.destroy_settle_sec)
         self._disk: DiskWatch | None = None  # storage.py: holds it to spec.storage_mb
         self._channels: list[ShellChannel] = []  # open_channel's, dropped at destroy
+        # The engine's account of the container as created (its image's USER and HEALTHCHECK,
+        # its layer's folder): what `image_defaults` and the disk watch read, without asking.
+        self._created: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -166,9 +170,12 @@ class DockerSandbox:
         try:
             container, enforced = await asyncio.shield(creating)
             sandbox = cls(container.id, spec, limits, capabilities)
+            sandbox._created = container.attrs  # the SDK's create inspected it already
             await docker_api.call(f"start container {container.short_id}", container.start)
             if spec.storage_mb is not None:
-                sandbox._disk = DiskWatch(container.id, spec.storage_mb, enforced=enforced).start()
+                sandbox._disk = DiskWatch(
+                    container.id, spec.storage_mb, enforced=enforced, attrs=container.attrs
+                ).start()
         except SandboxConflictError:
             raise  # the name belongs to another container: not ours to remove
         except BaseException:
@@ -298,12 +305,13 @@ class DockerSandbox:
     # -- from outside ---------------------------------------------------------------------------
 
     async def image_defaults(self) -> ImageDefaults:
-        """The USER and HEALTHCHECK of the container's image (its merged config)."""
-        attrs = await docker_api.call(
+        """The USER and HEALTHCHECK of the container's image (its merged config): as the
+        engine told them at the create (they never change after it), else asked now."""
+        attrs = self._created or await docker_api.call(
             f"inspect container {self.container_id[:12]}",
             docker_api.docker_client().api.inspect_container, self.container_id,
         )  # fmt: skip
-        config = attrs.get("Config") or {}
+        config = (attrs or {}).get("Config") or {}
         return ImageDefaults(
             user=config.get("User") or "", healthcheck=_healthcheck_of(config.get("Healthcheck"))
         )

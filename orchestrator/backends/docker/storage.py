@@ -176,8 +176,18 @@ class DiskWatch:
     """Watches one container's disk against `limit_mb` while it lives; at the limit, kills it
     through the engine and remembers what it measured (`mark` puts it on a `Health`)."""
 
-    def __init__(self, container_id: str, limit_mb: int, *, enforced: bool) -> None:
+    def __init__(
+        self,
+        container_id: str,
+        limit_mb: int,
+        *,
+        enforced: bool,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`attrs`: the engine's inspect of the container, when the caller has it (the
+        create's), for the folders to walk; else the watch asks for it."""
         self.container_id = container_id
+        self._attrs = attrs
         self.limit_mb = limit_mb
         self.enforced = enforced
         margin = ENFORCED_MARGIN if enforced else 0.0
@@ -215,6 +225,8 @@ class DiskWatch:
 
     async def _folders(self) -> list[Path] | None:
         """The host folders to walk, or None to ask the engine (`SizeRw`)."""
+        if self._attrs is not None:
+            return host_paths(self._attrs)
         what = f"inspect container {self.container_id[:12]}"
         api = docker_api.docker_client().api
         try:

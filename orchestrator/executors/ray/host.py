@@ -6,6 +6,12 @@ the driver places on its node, concurrently (an async actor). A trial's events a
 back as they happen; a cancel names the trial's key and reaches it as an asyncio cancel,
 which the trial turns into the relay's host abort, teardown and a cancelled result.
 
+A session is one such work (`node_session.SessionWork`) that lives until the session ends;
+its calls arrive by its key (`ask`); a cancel of its work is the session's host abort. The
+driver's engine ends its sessions at its shutdown; a driver that dies takes its actors with
+it (Ray kills them), and a session's sandbox then stays on the engine, as a running trial's
+does, for `trialbox reap`; an idle session ends on its node after its `idle_ttl_sec`.
+
 `NodeHost` is the actor's class (made remote by `fleet.py`).
 """
 
@@ -21,6 +27,7 @@ import ray
 
 from orchestrator.backends import build_backend
 from orchestrator.common.limits import Limits
+from orchestrator.executors.node_session import SessionCall, answer
 from orchestrator.executors.node_trial import scratch_root
 from orchestrator.executors.placement import PlacedWork
 from orchestrator.executors.ray.parcels import TaskParcel, Unpacker
@@ -165,6 +172,11 @@ class NodeHost:
                 raise error
         finally:
             self._runs.pop(work.key, None)
+
+    async def ask(self, key: str, call: SessionCall) -> Any:
+        """One call of the session that work `key` holds open here (`node_session.answer`):
+        its answer, or the exception it raised, which Ray carries back to the driver."""
+        return await answer(key, call)
 
     def cancel(self, key: str) -> bool:
         """Cancel the work named `key`; one not started yet is cancelled as it starts."""

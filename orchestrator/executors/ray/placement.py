@@ -1,5 +1,6 @@
 """Placing one trial: Ray finds a node with room for its cpus and memory, the node's actor
-runs it, and its events come back as they happen.
+runs it, and its events come back as they happen; a running work's questions (a session's
+calls) go to the actor of the node it runs on (`ask`).
 
 Each trial holds a placement group of one bundle (its sandbox's cpus and memory) while it
 runs, so Ray's own scheduler decides where it goes and how many run on each node: a node
@@ -24,7 +25,12 @@ from ray.util.placement_group import (
     remove_placement_group,
 )
 
-from orchestrator.common.errors import SandboxError, TaskError, TrialboxError
+from orchestrator.common.errors import (
+    SandboxError,
+    SessionClosedError,
+    TaskError,
+    TrialboxError,
+)
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import ride_out_cancels
 from orchestrator.executors.placement import Emit, PlacedWork, Placement, Resources
@@ -78,6 +84,7 @@ class RayPlacement(Placement):
     def __init__(self, config: RayBackendConfig, fleet: Fleet, packer: Packer) -> None:
         self.config, self.fleet, self.packer = config, fleet, packer
         self.first_build = FirstBuild()
+        self._running: dict[str, Host] = {}  # the node each running work is on, by key
 
     async def run(self, work: PlacedWork, task: Task, emit: Emit) -> None:
         parcel = await self.packer.parcel(task)
@@ -90,14 +97,40 @@ class RayPlacement(Placement):
             host = await self.fleet.host(node_id)
             emit(host.info)
             first = self.config.registry is None or await self.first_build.turn(parcel.digest)
+            self._running[work.key] = host
             try:
                 await self._stream(host, work, parcel, emit)
             finally:
+                self._running.pop(work.key, None)
                 if first and self.config.registry is not None:
                     self.first_build.done(parcel.digest)
         finally:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
+
+    async def ask(self, key: str, request: Any) -> Any:
+        """`request` to the running work `key` on its node's actor (`NodeHost.ask`); what it
+        raised there is raised here as it was (a session's refusals, `FileNotFoundError`,
+        a `SandboxError`); a dead node or actor is `SandboxLostError`. Cancelling the ask
+        cancels the call on the node."""
+        host = self._running.get(key)
+        if host is None:
+            raise SessionClosedError(f"{key} runs on no node now: it has ended")
+        ref = host.actor.ask.remote(key, request)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+            raise
+        except ray.exceptions.RayTaskError as exc:  # the node raised: its own exception
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise SandboxError(f"the node {host.info.address} failed a call: {exc}") from exc
+        except ray.exceptions.RayError as exc:
+            self.fleet.forget(host.node_id, f"{type(exc).__name__}: {exc}")
+            raise lost(host.info, host.node_id, exc) from exc
 
     async def _reserve(self, resources: Resources, task: Task) -> Any:
         """A placement group of one bundle, on a node that may run trials now."""
