@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     )
     from orchestrator.common.limits import Limits
     from orchestrator.executors.local import run_trial
-    from orchestrator.gateway.record import Usage
+    from orchestrator.gateway.record import TokenDrift, Usage
     from orchestrator.gateway.settings import ModelConfig, ModelLimits, ModelOverride, Sampling
     from orchestrator.jobs.record import JobRecord
     from orchestrator.sandbox import Backend, Capabilities, ExecResult, Sandbox, SandboxSpec
@@ -74,6 +74,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from orchestrator.tasks.task import Task, load_task
     from orchestrator.trials.bundle_agent import BundleAgent
     from orchestrator.trials.config import TrialConfig
+    from orchestrator.trials.host_agent import HostAgent, HostCommandResult, HostModel, HostRun
     from orchestrator.trials.result import AgentOutcome, JobResult, Timings, TrialError, TrialResult
     from orchestrator.trials.session import Session, SessionExecResult
 
@@ -119,12 +120,17 @@ _LAZY: dict[str, str] = {
     "SessionClosedError": "orchestrator.common.errors",
     "SessionDocument": "orchestrator.client",
     "SessionExecResult": "orchestrator.trials.session",
+    "HostAgent": "orchestrator.trials.host_agent",
+    "HostCommandResult": "orchestrator.trials.host_agent",
+    "HostModel": "orchestrator.trials.host_agent",
+    "HostRun": "orchestrator.trials.host_agent",
     "SessionPathError": "orchestrator.common.errors",
     "SyncRemoteSession": "orchestrator.client",
     "SyncTrialboxClient": "orchestrator.client",
     "Task": "orchestrator.tasks.task",
     "TaskError": "orchestrator.common.errors",
     "Timings": "orchestrator.trials.result",
+    "TokenDrift": "orchestrator.gateway.record",
     "TooManyLongPolls": "orchestrator.service.rollouts",
     "TrialConfig": "orchestrator.trials.config",
     "TrialEngine": "orchestrator.service.engine",
@@ -179,6 +185,10 @@ __all__ = [
     "EngineClosed",
     "ExecResult",
     "FakeBackendConfig",
+    "HostAgent",
+    "HostCommandResult",
+    "HostModel",
+    "HostRun",
     "ImageBuildError",
     "JobRecord",
     "JobResult",
@@ -211,6 +221,7 @@ __all__ = [
     "Task",
     "TaskError",
     "Timings",
+    "TokenDrift",
     "TooManyLongPolls",
     "TrialConfig",
     "TrialEngine",

@@ -149,7 +149,8 @@ def add_agent_options(parser: argparse.ArgumentParser, *, what: str = "agent") -
         default="oracle",
         help=f"{what}: oracle | nop | shell (needs --model) | command:<shell command> | "
         "workflow:<module or file.py>:<Class> | bundle:<wheel or project>[?config=FILE.json] "
-        "(default: oracle)",
+        "| mini-swe-agent[?config=FILE.yaml] (needs --model; pip install "
+        "'trialbox[mini-swe-agent]') (default: oracle)",
     )
     parser.add_argument(
         "-n", "--n-concurrent", type=int, default=4, help="trials at once (default: 4)"

@@ -83,6 +83,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="with --agent bundle:WHEEL_OR_PROJECT: a JSON object every trial's workflow gets "
         "as workflow_config (the same as bundle:…?config=FILE)",
     )
+    run.add_argument(
+        "--agent-config",
+        type=Path,
+        metavar="FILE",
+        help="with --agent mini-swe-agent: its own YAML configuration (step and cost limits, "
+        "templates, the action timeout), merged over its default.yaml (the same as "
+        "mini-swe-agent?config=FILE)",
+    )
     run.add_argument("--attempts", type=int, default=1, help="trials per task (default: 1)")
     run.add_argument(
         "--max-retries",

@@ -43,7 +43,7 @@ _FIELD_OF_KEY = {key: field for field, key in _KEY_OF_FIELD.items()}
 # --base-image already had its variable, in the same FROM=LOCAL,... form.
 _ENV_OF_FIELD = {"base_image": BASE_IMAGE_MAP_ENV}
 # Paths in a job file are relative to the file's folder, not to where trialbox runs.
-_PATH_FIELDS = ("path", "jobs_dir", "labels", "workflow_config")
+_PATH_FIELDS = ("path", "jobs_dir", "labels", "workflow_config", "agent_config")
 # What may change when a job is resumed: none of it changes what a trial does (nor does the
 # cluster it runs on: a resumed job may name its cluster anew).
 RESUME_OVERRIDES = (
@@ -68,6 +68,7 @@ class RunOptions(BaseModel):
     exclude_task: list[str] = Field(default_factory=list)
     agent: str = "oracle"
     workflow_config: Path | None = None
+    agent_config: Path | None = None
     n_concurrent: int = Field(4, ge=1)
     attempts: int = Field(1, ge=1)
     max_retries: int = Field(0, ge=0)
@@ -121,7 +122,10 @@ class RunOptions(BaseModel):
 
     def agent_spec(self) -> str:
         """--agent, with --workflow-config as the bundle spec's `?config=`: the job's
-        config.json then names the file, and a resumed job reads it again."""
+        config.json then names the file, and a resumed job reads it again. --agent-config
+        is mini-swe-agent's `?config=` the same way."""
+        if self.agent_config is not None:
+            return f"{self.agent}{CONFIG_MARK}{self.agent_config.resolve()}"
         if self.workflow_config is None:
             return self.agent
         return f"{self.agent}{CONFIG_MARK}{self.workflow_config.resolve()}"
@@ -277,6 +281,14 @@ def _check_together(settings: RunOptions, where: Callable[[str], str]) -> None:
                 "and no cluster is given: give one (--ray ADDRESS, $TRIALBOX_RAY, or ray in the "
                 "job file), or leave the registry out"
             )
+    if settings.agent_config is not None and (
+        settings.agent != "mini-swe-agent" or settings.workflow_config is not None
+    ):
+        raise ValueError(
+            f"{where('agent_config')}: an agent config is mini-swe-agent's, and the agent is "
+            f"{settings.agent!r}: give --agent mini-swe-agent (a config in the spec, "
+            "mini-swe-agent?config=FILE, goes in one place only), or leave the agent config out"
+        )
     if settings.workflow_config is None:
         return
     kind, _, rest = settings.agent.partition(":")

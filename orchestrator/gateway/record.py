@@ -5,13 +5,15 @@ One `Exchange` per request the sandbox sent. For chat completions the `response`
 readers never parse SSE. Token ids and logprobs stay where the upstream put them (vLLM's
 `prompt_token_ids` at the top, `choices[i].token_ids` and `choices[i].logprobs`).
 
-`GatewayRecord` (with `Usage`, the totals) is the file `<trial>/logs/agent/gateway.json`.
+`GatewayRecord` (with `Usage`, the totals, and `TokenDrift`, whether the calls' token ids
+make one prefix-extending sequence: `drift.token_drift`) is the file
+`<trial>/logs/agent/gateway.json`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +28,48 @@ class Usage(BaseModel):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+DriftKind = Literal["none", "re-rendered", "truncated", "unknown"]
+
+
+class TokenDrift(BaseModel):
+    """Whether a trial's chat completions kept to one token sequence: each call's prompt
+    token ids start with the previous call's prompt and completion token ids (a prefix
+    extension), so a trainer can train on the recorded tokens as they are."""
+
+    kind: DriftKind = Field(
+        description="none: every call extended the previous call's prompt + completion; "
+        "re-rendered: a call's prompt re-rendered the history (the previous prompt + "
+        "completion is not its prefix); truncated: a call's prompt cut or summarised the "
+        "context (shorter than the previous prompt + completion, or sharing only a short "
+        "prefix with it); unknown: it could not be told (no token ids, no call)."
+    )
+    detail: str = Field(description="In words: where and why the tokens diverged, or why unknown.")
+    calls: int = Field(0, description="Successful chat completions, compared in arrival order.")
+    call: int | None = Field(
+        None,
+        description="The exchange index of the first call that diverged (or, unknown, the "
+        "first without token ids).",
+    )
+    previous_call: int | None = Field(
+        None, description="The exchange index of the call it was compared with."
+    )
+    first_difference: int | None = Field(
+        None,
+        description="Where the new prompt first differs from the previous prompt + "
+        "completion: the length of the prefix they share, in tokens.",
+    )
+    previous_tokens: int | None = Field(
+        None, description="The previous call's prompt + completion, in tokens."
+    )
+    previous_prompt_tokens: int | None = Field(
+        None, description="The previous call's prompt alone, in tokens."
+    )
+    prompt_tokens: int | None = Field(None, description="The diverging call's prompt, in tokens.")
+    diverged_calls: int = Field(
+        0, description="Calls in all whose prompt did not extend the previous call's tokens."
+    )
 
 
 class Exchange(BaseModel):
@@ -80,6 +124,11 @@ class GatewayRecord(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     stopped_by: str | None = Field(
         None, description="The first limit that refused a request (calls, tokens, deadline)."
+    )
+    token_drift: TokenDrift | None = Field(
+        None,
+        description="Whether the calls' token ids stayed one prefix-extending sequence; set "
+        "when the slot closes (None: a record written before the gateway compared them).",
     )
 
     def outage(self) -> str | None:

@@ -113,7 +113,8 @@ class Gateway:
         return slot
 
     async def close_slot(self, slot: Slot) -> None:
-        """Stop serving the slot: in-flight requests are cut, the socket goes. Idempotent.
+        """Stop serving the slot: in-flight requests are cut, the socket goes, and the record
+        gets its `token_drift`. Idempotent.
 
         The folder stays until `release_slot`: the engine cannot copy files in or out of a
         container whose mount source has vanished, so it goes after the sandbox."""
@@ -128,6 +129,7 @@ class Gateway:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), CLOSE_WITHIN_SEC)
         slot.socket_path.unlink(missing_ok=True)
+        slot.settle()  # every call is in: whether their token ids drifted
 
     async def release_slot(self, slot: Slot) -> None:
         """Close the slot and remove its folder (once its sandbox is gone)."""

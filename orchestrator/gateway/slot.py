@@ -5,7 +5,8 @@ mounted, and only with its own random token: one trial can never read or write a
 record. Limits are checked before a request goes upstream; the first one reached is kept in
 the record, so the result can say what stopped the agent.
 
-`Slot` holds the socket's folder, the token, the agent's clock, the limits and the record.
+`Slot` holds the socket's folder, the token, the agent's clock, the limits and the record;
+`settle` adds the record's verdict on its token ids (`drift.token_drift`) once it is closed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import secrets
 import time
 from pathlib import Path
 
-from orchestrator.gateway.record import Exchange, GatewayRecord
+from orchestrator.gateway.drift import token_drift
+from orchestrator.gateway.record import Exchange, GatewayRecord, TokenDrift
 from orchestrator.gateway.settings import ModelConfig
 
 SOCKET_NAME = "gateway.sock"
@@ -98,3 +100,12 @@ class Slot:
         """The index of a request that arrives now (arrival order, whenever it finishes)."""
         self._arrivals += 1
         return self._arrivals - 1
+
+    def settle(self) -> None:
+        """The record is complete (the slot is closed): judge its token ids' drift. A
+        verdict that fails is `unknown`, never a reason to lose the record."""
+        try:
+            self.record.token_drift = token_drift(self.record)
+        except Exception as exc:  # the record is a bonus: keep it, say why there is no verdict
+            why = f"the gateway could not compare the calls' token ids: {exc!r}"
+            self.record.token_drift = TokenDrift(kind="unknown", detail=why)

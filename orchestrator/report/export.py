@@ -4,10 +4,12 @@ Every trial with a `result.json` is a row, superseded attempts too (`counted` an
 `superseded_by` say which rows the job's aggregates use; a trainer usually keeps
 `counted` rows). JSON Lines keeps the nesting of `result.json` (`timings`, `usage`,
 `rewards`); CSV and Parquet are flat: `timings.agent`, `usage.calls`, one `rewards.<name>`
-column per reward name. `--with-trajectories` adds the chat messages (OpenAI shape), and
-per model answer its token ids and logprobs (`completions`), read from the trial's ATIF
-trajectory. Values that are lists or objects are native in JSON Lines and Parquet
-(messages: JSON text in Parquet, their shape varies) and JSON text in CSV.
+column per reward name. `token_drift` (with `token_drift_call` and `token_drift_detail`) says
+whether the trial's token ids can be trained on as recorded (`none`). `--with-trajectories`
+adds the chat messages (OpenAI shape), and per model answer its token ids and logprobs
+(`completions`), read from the trial's ATIF trajectory. Values that are lists or objects are
+native in JSON Lines and Parquet (messages: JSON text in Parquet, their shape varies) and
+JSON text in CSV.
 
 `rows_of` makes the rows (`ExportRow`), `write` writes them in a format.
 """
@@ -62,6 +64,15 @@ class ExportRow(BaseModel):
     timings: dict[str, float]
     usage: dict[str, int] | None
     model_limit: str | None
+    token_drift: str | None = Field(
+        None,
+        description="none, re-rendered, truncated or unknown: whether the model calls' token "
+        "ids stayed one prefix-extending sequence (`result.token_drift.kind`); None: no model.",
+    )
+    token_drift_call: int | None = Field(
+        None, description="The exchange index of the first call that diverged (or lacked ids)."
+    )
+    token_drift_detail: str | None = Field(None, description="Where and why, in words.")
     warnings: list[str]
     started_at: datetime
     finished_at: datetime | None
@@ -133,7 +144,7 @@ def reward_names(rows: list[ExportRow]) -> list[str]:
 
 
 def _row(job: JobOnDisk, r: TrialResult, scored: bool, *, with_trajectories: bool) -> ExportRow:
-    error = r.error
+    error, drift = r.error, r.token_drift
     row = ExportRow(
         job_id=r.job_id,
         trial_id=r.trial_id,
@@ -157,6 +168,9 @@ def _row(job: JobOnDisk, r: TrialResult, scored: bool, *, with_trajectories: boo
         timings=r.timings.model_dump(),
         usage=r.usage.model_dump() if r.usage else None,
         model_limit=r.model_limit,
+        token_drift=drift.kind if drift else None,
+        token_drift_call=drift.call if drift else None,
+        token_drift_detail=drift.detail if drift else None,
         warnings=r.warnings,
         started_at=r.started_at,
         finished_at=r.finished_at,
@@ -243,7 +257,7 @@ def _parquet_type(pa: Any, column: str) -> Any:
     whole, real, text = pa.int64(), pa.float64(), pa.string()
     if column.startswith(("timings.", "rewards.")) or column == "reward":
         return real
-    if column.startswith("usage.") or column in ("attempt", "agent_exit_code"):
+    if column.startswith("usage.") or column in ("attempt", "agent_exit_code", "token_drift_call"):
         return whole
     if column == "counted":
         return pa.bool_()

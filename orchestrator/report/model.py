@@ -139,6 +139,7 @@ class TrialDetail(BaseModel):
     rewards: dict[str, float] = Field(default_factory=dict)
     usage: dict[str, int] | None = None
     model_limit: str | None = None
+    token_drift: str | None = Field(None, description="`kind`: `detail`, for model trials.")
     error_message: str | None = None
     error_phase: str | None = None
     error_type: str | None = None
@@ -211,6 +212,9 @@ def trial_detail(job: JobOnDisk, row: TrialRow, *, log_cap: int = DEFAULT_LOG_CA
         detail.rewards = result.rewards
         detail.usage = result.usage.model_dump() if result.usage else None
         detail.model_limit = result.model_limit
+        if result.token_drift is not None:
+            drift = result.token_drift
+            detail.token_drift = f"{drift.kind}: {drift.detail}"
         if result.error is not None:
             detail.error_message = result.error.message
             detail.error_phase = result.error.phase

@@ -97,6 +97,8 @@ def _facts(detail: TrialDetail) -> str:
         )
     if detail.model_limit:
         facts.append(("stopped by the model limit", detail.model_limit))
+    if detail.token_drift:
+        facts.append(("token drift", detail.token_drift))
     facts.append(("started", stamp(row.started_at)))
     facts.append(("total time", secs(row.total_sec)))
     if row.superseded_by:

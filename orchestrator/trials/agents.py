@@ -1,5 +1,6 @@
 """The agents a trial can run: `oracle`, `nop`, `shell`, `command:<shell>`, `workflow:<mod:Class>`
-(and `bundle:<wheel or project>`, in `bundle_agent.py`).
+(and `bundle:<wheel or project>`, in `bundle_agent.py`; `mini-swe-agent[?config=FILE.yaml]`, a
+host-side agent, in `mini_swe_agent.py`, on `host_agent.py`'s interface).
 
 An agent is what to put into the sandbox before it starts (`prepare`), the shell command
 that is its process (`command`), and, for agents that report on their own work, what went
@@ -10,7 +11,8 @@ the trial's business.
 
 `parse_agent` reads an agent spec. An agent also says which of the task's env it gets
 (`task_env`: `[solution.env]` for the oracle) and whether it needs a model (`needs_model`) or
-the Python runtime (`needs_runtime`).
+the Python runtime (`needs_runtime`), and whether its loop runs on the host (`on_host`: a
+`host_agent.HostAgent`, which has no process in the sandbox).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Agent(ABC):
     needs_model = False  # True when the agent cannot work without a model gateway
     needs_runtime = False  # True when it runs trialbox's Python runtime in the sandbox
     runs_solution = False  # True when it runs the task's solution/ (and gets [solution.env])
+    on_host = False  # True when its loop runs on the host (host_agent.HostAgent)
 
     def __init__(self, spec: str) -> None:
         self.spec = spec
@@ -214,9 +217,16 @@ def parse_agent(spec: str) -> Agent:
         from orchestrator.trials.bundle_agent import BundleAgent  # it builds on this module
 
         return BundleAgent.from_spec(spec, rest)
-    guess = closest(kind, ("oracle", "nop", "shell", "command", "workflow", "bundle"))
-    hint = f" (did you mean {guess}{spec[len(kind) :]}?)" if guess else ""
+    name, mark, _config = spec.partition("?")
+    if name == "mini-swe-agent":
+        from orchestrator.trials.mini_swe_agent import MiniSweAgent  # it builds on this module
+
+        return MiniSweAgent.from_spec(spec)
+    kinds = ("oracle", "nop", "shell", "command", "workflow", "bundle", "mini-swe-agent")
+    word = name if mark and len(name) < len(kind) else kind
+    guess = closest(word, kinds)
+    hint = f" (did you mean {guess}{spec[len(word) :]}?)" if guess else ""
     raise AgentSpecError(
         f"--agent {spec!r}: unknown agent{hint}; use oracle, nop, shell, command:<shell "
-        "command>, workflow:<module>:<Class> or bundle:<wheel or project>"
+        "command>, workflow:<module>:<Class>, bundle:<wheel or project> or mini-swe-agent"
     )

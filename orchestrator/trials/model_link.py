@@ -10,6 +10,10 @@ Before the verifier, an agent that saved no conversation of its own gets the rec
 its `/logs/agent/trajectory.json` in the sandbox, so a grader scores what the model was told
 and answered even when the workflow returned nothing.
 
+An agent whose loop runs on the host (`trials/host_agent.py`) gets no mount and no
+forwarder: `open(..., in_sandbox=False)`, then `open_loopback()` gives it the slot on a
+loopback port of the host (`gateway/loopback.py`), closed with the slot.
+
 `ModelLink` does each step: opens the slot, gives the mount, starts the forwarder, gives the
 agent's env, hands the record over to the verifier (`hand_over`) and keeps it (`keep`).
 """
@@ -25,6 +29,7 @@ from orchestrator.common.atomic_write import write_atomic
 from orchestrator.common.errors import AgentSpecError, SandboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
+from orchestrator.gateway.loopback import Loopback
 from orchestrator.gateway.record import GatewayRecord
 from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelConfig
@@ -52,10 +57,23 @@ class ModelLink:
         self.slot: Slot | None = None
         self.base_url: str | None = None
         self._handed_over = False  # the sandbox's trajectory.json is the record's, not the agent's
+        self._loopback: Loopback | None = None
 
     async def open(
-        self, *, trial_id: str, rollout_id: str | None, capabilities: Capabilities
-    ) -> Mount:
+        self,
+        *,
+        trial_id: str,
+        rollout_id: str | None,
+        capabilities: Capabilities,
+        in_sandbox: bool = True,
+    ) -> Mount | None:
+        """The slot, and the mount of its folder (None for an agent on the host, which
+        reaches the slot through `open_loopback` instead)."""
+        if not in_sandbox:
+            self.slot = await self.gateway.open_slot(
+                trial_id=trial_id, rollout_id=rollout_id, model=self.model
+            )
+            return None
         if not capabilities.host_mounts:
             raise AgentSpecError(
                 "this backend cannot mount the model gateway's socket into its sandboxes; "
@@ -81,6 +99,17 @@ class ModelLink:
             )
         self.base_url = f"http://127.0.0.1:{port}/v1"
 
+    async def open_loopback(self) -> str:
+        """The slot on a loopback port of this host, for an agent whose loop runs here: its
+        base URL (`http://127.0.0.1:<port>/v1`); the slot's token is its key. Closed with the
+        slot (`close`)."""
+        assert self.slot is not None
+        if self._loopback is None:
+            self._loopback = Loopback(self.slot.socket_path)
+            await self._loopback.start()
+            self.base_url = self._loopback.base_url
+        return self._loopback.base_url
+
     def agent_env(self) -> dict[str, str]:
         assert self.slot is not None and self.base_url is not None
         return {
@@ -105,6 +134,8 @@ class ModelLink:
             self.slot.start_clock(seconds)
 
     async def close(self) -> None:
+        if self._loopback is not None:
+            await self._loopback.aclose()
         if self.slot is not None:
             await self.gateway.close_slot(self.slot)
 
@@ -151,15 +182,17 @@ class ModelLink:
         return None
 
     async def keep(self, result: TrialResult, agent_dir: Path, scrubber: Scrubber) -> None:
-        """Close the slot; the usage and the limit that stopped the agent go into the
-        result, the record and its trajectory into the agent's folder (scrubbed). A failure to
-        write them is a warning: the record is a bonus, never a reason to lose the result."""
+        """Close the slot; the usage, the limit that stopped the agent and the token drift go
+        into the result, the record and its trajectory into the agent's folder (scrubbed). A
+        failure to write them is a warning: the record is a bonus, never a reason to lose the
+        result."""
         await self.close()
         record = self.record
         if record is None:
             return
         result.usage = record.usage
         result.model_limit = record.stopped_by
+        result.token_drift = record.token_drift
         try:
             await self.write(
                 agent_dir, agent_name=result.agent_spec, agent_version=__version__,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.common.errors import ErrorCategory
 from orchestrator.common.ids import check_id
-from orchestrator.gateway.record import Usage
+from orchestrator.gateway.record import TokenDrift, Usage
 from relay import RelayOutcome
 
 TrialStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
@@ -137,6 +137,12 @@ class TrialResult(BaseModel):
     usage: Usage | None = Field(None, description="Model calls and tokens, when it had a model.")
     model_limit: str | None = Field(
         None, description="The model limit that refused the agent (calls, tokens, deadline)."
+    )
+    token_drift: TokenDrift | None = Field(
+        None,
+        description="Whether the model calls' token ids stayed one prefix-extending sequence "
+        "(`kind` none), or the first call that re-rendered or truncated it, or unknown and "
+        "why; for model trials. None: no model, or a result written before it was judged.",
     )
     warnings: list[str] = Field(
         default_factory=list, description="What went wrong without changing the outcome."

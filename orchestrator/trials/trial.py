@@ -22,6 +22,7 @@ config names; this layer imports no backend) or an executor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
@@ -58,6 +59,7 @@ from orchestrator.trials.config import TrialConfig
 from orchestrator.trials.context import TrialContext, plan_context
 from orchestrator.trials.faults import after_agent, classify
 from orchestrator.trials.guarded import GuardedSandbox
+from orchestrator.trials.host_agent import HostAgent, HostModel, HostRun, drive
 from orchestrator.trials.materialize import (
     Materialized,
     claim_folder,
@@ -244,8 +246,10 @@ class Trial:
 
     @property
     def _needs_runtime(self) -> bool:
-        """The agent, or the model gateway's in-sandbox forwarder, runs trialbox's Python."""
-        return self.agent.needs_runtime or self.model is not None
+        """The agent, or the model gateway's in-sandbox forwarder, runs trialbox's Python (an
+        agent on the host reaches the gateway from the host: no forwarder)."""
+        in_sandbox_model = self.model is not None and not self.agent.on_host
+        return self.agent.needs_runtime or in_sandbox_model
 
     @property
     def _runtime_user(self) -> str:
@@ -281,7 +285,7 @@ class Trial:
             )
             await wait_ready(sandbox, check, where=check_where)
         container_input = staged.container_input
-        if self.link is not None:
+        if self.link is not None and not self.agent.on_host:
             await self.link.connect(sandbox)
             timeout = self.task.config.agent.timeout_sec
             container_input = self.link.container_input(container_input, timeout)
@@ -301,14 +305,17 @@ class Trial:
         self.link = ModelLink(self._gateway, self.model)
         mount = await self.link.open(
             trial_id=self.trial_id, rollout_id=self.rollout_id,
-            capabilities=await self.backend.capabilities(),
+            capabilities=await self.backend.capabilities(), in_sandbox=not self.agent.on_host,
         )  # fmt: skip
         self.scrubber = Scrubber(self._secrets())
-        return (mount,)
+        return () if mount is None else (mount,)
 
     async def _run_agent(self, sandbox: Sandbox, staged: Materialized) -> None:
         """Run the agent under the relay, which decides once how it ended; the trial only
-        reads that decision."""
+        reads that decision. An agent whose loop runs on the host runs here instead."""
+        if isinstance(self.agent, HostAgent):
+            await self._run_host_agent(sandbox, staged, self.agent)
+            return
         await self.agent.prepare(sandbox, staged)
         policy = RelayPolicy(
             term_grace=self.limits.stop_term_grace_sec,
@@ -341,6 +348,58 @@ class Trial:
             cause = None if health is None else classify(health, what=str(lost), **self._mem)
             raise cause or lost
         note = await after_agent(sandbox, self.relay_outcome.exit_code, **self._mem)
+        if note is not None:
+            self.result.warnings.append(note)
+            self.result.agent.detail = "; ".join(filter(None, [self.result.agent.detail, note]))
+
+    async def _run_host_agent(
+        self, sandbox: Sandbox, staged: Materialized, agent: HostAgent
+    ) -> None:
+        """A host-side agent's loop (`host_agent.py`), under the task's agent timeout: past
+        it, stopped and `timeout`, then verified; a host abort stops it and destroys the
+        sandbox (`aborted`); a sandbox that fails under it is judged as the relay's loss is."""
+        await agent.prepare(sandbox, staged)
+        timeout = self.task.config.agent.timeout_sec
+        model = None
+        if self.link is not None:
+            assert self.link.slot is not None
+            base_url = await self.link.open_loopback()
+            self.link.start_clock(timeout)
+            model = HostModel(
+                base_url=base_url, api_key=self.link.slot.token, name=self.link.model.name,
+                sampling=self.link.model.sampling.as_body(), max_turns=self.link.model.max_turns,
+            )  # fmt: skip
+        link = self.link
+        host = HostRun(
+            sandbox, instruction=self.prompt or self.task.instruction, timeout_sec=timeout,
+            user=self.context.agent_user, workdir=self.context.workdir,
+            env={**agent.task_env(self.context), **self.config.credentials}, model=model,
+            output_cap=self.limits.session_output_cap_bytes,
+            on_stop=None if link is None else link.close,
+        )  # fmt: skip
+        started = time.monotonic()
+        outcome = AgentOutcome(termination="infra_failure", detail="the agent's loop did not end")
+        try:
+            ending = await drive(agent, host, timeout)
+            outcome = AgentOutcome(
+                termination=ending.termination, exit_code=ending.exit_code, detail=ending.detail
+            )
+        except asyncio.CancelledError:
+            outcome = AgentOutcome(termination="aborted", detail="the trial was cancelled")
+            with contextlib.suppress(Exception):  # a failed removal: teardown tries again
+                await finish_shielded(sandbox.destroy(), cancelled=False)
+            raise
+        except Exception as exc:  # the sandbox failed under a command
+            outcome.detail = f"{type(exc).__name__}: {exc}"
+            health = await sandbox.health(pids=True)
+            cause = classify(health, what=f"the agent's command failed: {exc}", **self._mem)
+            raise (cause or exc) from exc
+        finally:
+            outcome.duration_sec = time.monotonic() - started
+            self.result.agent = outcome
+            if link is not None:
+                await asyncio.shield(link.close())
+        note = await after_agent(sandbox, outcome.exit_code, **self._mem)
         if note is not None:
             self.result.warnings.append(note)
             self.result.agent.detail = "; ".join(filter(None, [self.result.agent.detail, note]))

@@ -90,6 +90,10 @@ async def test_the_shell_agent_solves_a_task_with_no_network_through_the_gateway
     assert [m["role"] for m in messages].count("tool") == 2
     record = json.loads(agent_file(result, "gateway.json").read_text())
     assert [e["status_code"] for e in record["exchanges"]] == [200, 200, 200]
+    # The shell agent sends each answer back as it came: one token sequence to train on.
+    assert record["token_drift"]["kind"] == "none"
+    assert result.token_drift is not None and result.token_drift.kind == "none"
+    assert (result.token_drift.calls, result.token_drift.diverged_calls) == (3, 0)
 
 
 def sha256(text: str) -> str:

@@ -20,6 +20,20 @@ from orchestrator.report.export import TIMINGS, USAGE, rows_of, write
 from orchestrator.service.job import JobRecord
 from tests.report.helpers import fake_job, trial_of, write_trajectory
 
+DRIFT = {
+    "kind": "re-rendered",
+    "detail": "call 1's prompt (40 tokens) and call 0's prompt + completion (30 tokens) differ "
+    "from token 21 on, inside call 0's completion: the answer came back in other tokens",
+    "calls": 2,
+    "call": 1,
+    "previous_call": 0,
+    "first_difference": 21,
+    "previous_tokens": 30,
+    "previous_prompt_tokens": 21,
+    "prompt_tokens": 40,
+    "diverged_calls": 1,
+}
+
 
 async def _job(tmp_path: Path) -> tuple[JobRecord, dict[str, Any]]:
     """A job of three trials; the passing one has a trajectory, model usage and two named
@@ -30,6 +44,7 @@ async def _job(tmp_path: Path) -> tuple[JobRecord, dict[str, Any]]:
     path = Path(rich.trial_dir) / "result.json"
     data = json.loads(path.read_text())
     data["usage"] = {"calls": 2, "prompt_tokens": 51, "completion_tokens": 11}
+    data["token_drift"] = DRIFT
     data["rewards"] = {"reward": 1.0, "style": 0.25}
     path.write_text(json.dumps(data))
     return job, doc
@@ -57,6 +72,10 @@ def _check_row(row: dict[str, Any], result: TrialResult, *, counted: bool) -> No
     assert row["counted"] is counted
     assert row["started_at"] == result.started_at
     assert row["agent_exit_code"] == result.agent.exit_code
+    drift = result.token_drift
+    assert row["token_drift"] == (drift.kind if drift else None)
+    assert row["token_drift_call"] == (drift.call if drift else None)
+    assert row["token_drift_detail"] == (drift.detail if drift else None)
 
 
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +97,7 @@ def _from_csv(value: str, column: str) -> Any:
         return None
     if column.startswith(("timings.", "rewards.")) or column == "reward":
         return float(value)
-    if column.startswith("usage.") or column in ("attempt", "agent_exit_code"):
+    if column.startswith("usage.") or column in ("attempt", "agent_exit_code", "token_drift_call"):
         return int(value)
     if column == "counted":
         return value == "True"
@@ -233,3 +252,34 @@ async def test_a_job_without_results_yet_exports_the_header_alone(tmp_path: Path
 
     header = full.read_text().splitlines()[0]
     assert empty.read_text() == header.replace(",rewards.reward", "") + "\n"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+async def test_token_drift_is_a_column_of_every_format(tmp_path: Path, fmt: str) -> None:
+    """The rich trial's drift is its columns; a trial without one (no model, or a
+    result.json from before drift was judged) has empty ones."""
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow.parquet")
+    job, _ = await _job(tmp_path)
+    out = tmp_path / f"trials.{fmt}"
+
+    write(rows_of(read_job(Path(job.job_dir))), fmt, out)  # type: ignore[arg-type]
+
+    if fmt == "jsonl":
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+    elif fmt == "csv":
+        with out.open(newline="", encoding="utf-8") as handle:
+            rows = [{k: _from_csv(v, k) for k, v in r.items()} for r in csv.DictReader(handle)]
+    else:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(out)
+        assert str(table.schema.field("token_drift_call").type) == "int64"
+        rows = table.to_pylist()
+    by_id = {r["trial_id"]: r for r in rows}
+    rich = by_id.pop(trial_of(job, "pass-0").trial_id)
+    assert (rich["token_drift"], rich["token_drift_call"]) == ("re-rendered", 1)
+    assert rich["token_drift_detail"] == DRIFT["detail"]
+    for plain in by_id.values():
+        assert (plain["token_drift"], plain["token_drift_call"]) == (None, None)
+        assert plain["token_drift_detail"] is None

@@ -3,6 +3,7 @@ is escaped, a report file needs no network, and big logs are capped."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from html import unescape
@@ -263,3 +264,30 @@ async def test_several_jobs_are_compared_side_by_side(tmp_path: Path) -> None:
     ]
     html = report_html([tmp_path], live=False)
     assert "Jobs side by side" in html and 'href="#job-job-two"' in html
+
+
+async def test_the_drawer_says_whether_the_token_ids_drifted(tmp_path: Path) -> None:
+    from orchestrator.report.render_trial import trial_section
+
+    job = await fake_job(tmp_path, passing=2, failing=0)
+    drifted, plain = job.trials
+    path = Path(drifted.trial_dir) / "result.json"
+    data = json.loads(path.read_text())
+    data["token_drift"] = {
+        "kind": "truncated",
+        "detail": "call 4's prompt (90 tokens) and call 3's prompt + completion (300 tokens) "
+        "differ from token 12 on, and the new prompt is shorter",
+        "call": 4,
+    }
+    path.write_text(json.dumps(data))
+    read = read_job(Path(job.job_dir))
+    rows = {row.trial_id: row for row in job_page(read).rows}
+
+    shown = trial_detail(read, rows[drifted.trial_id])
+    unshown = trial_detail(read, rows[plain.trial_id])
+
+    assert shown.token_drift is not None and shown.token_drift.startswith("truncated: call 4's")
+    html = unescape(trial_section(shown, inline=True))
+    assert "<th>token drift</th><td>truncated: call 4's prompt (90 tokens)" in html
+    assert unshown.token_drift is None
+    assert "token drift" not in trial_section(unshown, inline=True)

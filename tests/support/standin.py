@@ -103,7 +103,10 @@ def prompt_text(body: dict[str, Any]) -> str:
     """What the stand-in tokenizes as the prompt of a chat request.
 
     Per message, in order: its role, its text content, and the name and arguments of each of its
-    tool calls, joined with newlines. Tool definitions and sampling fields are not counted.
+    tool calls, joined with newlines; then `assistant`, the generation prompt a chat template
+    ends with. So a conversation that sends the answer back as it came is a prefix extension,
+    as with real servers: the next prompt's ids start with this prompt's and the answer's
+    (`completion_token_ids`). Tool definitions and sampling fields are not counted.
     """
     lines: list[str] = []
     for message in body.get("messages") or []:
@@ -115,6 +118,7 @@ def prompt_text(body: dict[str, Any]) -> str:
             function = (call.get("function") if isinstance(call, dict) else None) or {}
             lines.append(str(function.get("name", "")))
             lines.append(str(function.get("arguments", "")))
+    lines.append("assistant")
     return "\n".join(lines)
 
 

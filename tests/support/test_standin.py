@@ -112,7 +112,8 @@ def test_tokenization_is_stable_and_joins_back() -> None:
     assert "".join(pieces(text)) == text
     assert [p.strip() for p in pieces(text)] == ["say", "hello", "world"]
     body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}]}
-    assert prompt_token_ids(body) == [token_id(w) for w in ["user", "hi", "there"]]
+    # The generation prompt ends it, as a chat template's does.
+    assert prompt_token_ids(body) == [token_id(w) for w in ["user", "hi", "there", "assistant"]]
 
 
 async def test_models_and_bound_to_loopback(client: httpx.AsyncClient) -> None:
@@ -137,7 +138,7 @@ async def test_non_streamed_content(client: httpx.AsyncClient) -> None:
     assert choice["logprobs"] is None
     assert "token_ids" not in choice and "prompt_token_ids" not in data
     assert data["usage"] == usage_of(CHAT, reply)
-    assert data["usage"] == {"prompt_tokens": 6, "completion_tokens": 3, "total_tokens": 9}
+    assert data["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
 
 
 async def test_non_streamed_tool_calls(client: httpx.AsyncClient) -> None:
