@@ -112,6 +112,9 @@ class ChannelBrokenError(SandboxError):
     """The channel's stream ended or stopped answering; open another or use plain execs."""
 
 
+TIMEOUT_EXIT, KILLED_EXIT = 124, 137  # `timeout -k`'s exit codes, which an exec reports
+
+
 class ChannelResult(BaseModel):
     """One command's outcome through a channel: its exit code, and stdout and stderr apart."""
 
@@ -122,6 +125,18 @@ class ChannelResult(BaseModel):
     stderr_truncated: bool = False
     timed_out: bool = Field(False, description="True when its timeout stopped its group.")
     duration_sec: float = 0.0
+
+    @property
+    def exec_exit_code(self) -> int:
+        """The exit code as a plain exec's `timeout -k` reports it: a timed-out command 124
+        when its TERM ended it, 137 when only the KILL after it did; else its own."""
+        stopped = self.timed_out and self.exit_code != KILLED_EXIT
+        return TIMEOUT_EXIT if stopped else self.exit_code
+
+    @property
+    def truncated(self) -> bool:
+        """True when either output was cut at the cap."""
+        return self.stdout_truncated or self.stderr_truncated
 
 
 @runtime_checkable

@@ -43,10 +43,9 @@ from pydantic import BaseModel, Field
 
 from orchestrator.common.errors import SandboxError
 from orchestrator.sandbox import Sandbox
-from orchestrator.sandbox.channel import ChannelSandbox, CommandChannel
+from orchestrator.sandbox.channel import TIMEOUT_EXIT, ChannelSandbox, CommandChannel
 from orchestrator.trials.agents import Agent
 
-TIMEOUT_EXIT, KILLED_EXIT = 124, 137  # `timeout -k`'s exit codes, as a session reports them
 DEFAULT_COMMAND_SEC = 60.0
 CHANNEL_CLOSE_SEC = 10.0
 THREAD_STOP_SEC = 10.0  # how long a blocking loop gets to notice it was stopped
@@ -155,12 +154,11 @@ class HostRun:
                 ran = await channel.run(
                     command, timeout_sec=limit, env=merged, cwd=where, output_cap=self.output_cap
                 )
-                stopped = ran.timed_out and ran.exit_code != KILLED_EXIT
                 return HostCommandResult(
-                    exit_code=TIMEOUT_EXIT if stopped else ran.exit_code,
+                    exit_code=ran.exec_exit_code,  # a timed-out command reads as an exec's
                     output=(ran.stdout + ran.stderr).decode("utf-8", errors="replace"),
                     timed_out=ran.timed_out,
-                    truncated=ran.stdout_truncated or ran.stderr_truncated,
+                    truncated=ran.truncated,
                     duration_sec=ran.duration_sec,
                     channel=True,
                 )

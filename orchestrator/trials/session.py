@@ -71,7 +71,6 @@ from orchestrator.trials.users import user_ids
 SessionStatus = Literal["opening", "ready", "verifying", "closed", "expired"]
 SESSION_AGENT = "session"  # the agent_spec a session's result.json records
 DEFAULT_IDLE_TTL_SEC = 600.0
-TIMEOUT_EXIT, KILLED_EXIT = 124, 137  # `timeout -k`'s exit codes
 CHANNEL_CLOSE_SEC = 10.0  # a channel's close; the sandbox's removal ends it in any case
 # How to raise a cap, said by every error that names one.
 RAISE_A_CAP = "raise it with TrialConfig(limits=Limits({name}=...)) where the session opens"
@@ -455,14 +454,11 @@ class Session:
             command, timeout_sec=limit, env=env, cwd=cwd or self.workdir,
             output_cap=self.output_cap,
         )  # fmt: skip
-        # A timed-out command reads as `timeout -k` reports it through a plain exec: 124 when
-        # its TERM ended it, 137 when only the KILL after it did.
-        stopped = ran.timed_out and ran.exit_code != KILLED_EXIT
         return SessionExecResult(
-            exit_code=TIMEOUT_EXIT if stopped else ran.exit_code,
+            exit_code=ran.exec_exit_code,  # a timed-out command reads as a plain exec's
             stdout=ran.stdout.decode("utf-8", errors="replace"),
             stderr=ran.stderr.decode("utf-8", errors="replace"),
-            truncated=ran.stdout_truncated or ran.stderr_truncated,
+            truncated=ran.truncated,
             timed_out=ran.timed_out,
             duration_sec=ran.duration_sec,
             channel=True,
