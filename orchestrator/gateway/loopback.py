@@ -28,6 +28,7 @@ class Loopback:
         self.socket_path = socket_path
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
+        self._closing = False
         self.port: int | None = None
 
     @property
@@ -52,6 +53,11 @@ class Loopback:
             await asyncio.gather(_pipe(reader, upstream_writer), _pipe(up_reader, writer))
         except (OSError, asyncio.IncompleteReadError):
             pass  # the slot closed, or either side went: the client sees its connection end
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # Cut by `aclose`: ended quietly (Python 3.11's server logs a handler that ends
+            # cancelled as an error).
         finally:
             self._pipes.discard(task)
             for end in (writer, upstream_writer):
@@ -61,6 +67,7 @@ class Loopback:
     async def aclose(self) -> None:
         """Stop listening and cut every connection. Idempotent."""
         server, self._server = self._server, None
+        self._closing = True
         if server is not None:
             server.close()
         pipes = list(self._pipes)

@@ -1,6 +1,7 @@
 """The agents a trial can run: `oracle`, `nop`, `shell`, `command:<shell>`, `workflow:<mod:Class>`
 (and `bundle:<wheel or project>`, in `bundle_agent.py`; `mini-swe-agent[?config=FILE.yaml]`, a
-host-side agent, in `mini_swe_agent.py`, on `host_agent.py`'s interface).
+host-side agent, in `mini_swe_agent.py`, and `terminus`, in `terminus.py`, both on
+`host_agent.py`'s interface).
 
 An agent is what to put into the sandbox before it starts (`prepare`), the shell command
 that is its process (`command`), and, for agents that report on their own work, what went
@@ -222,11 +223,17 @@ def parse_agent(spec: str) -> Agent:
         from orchestrator.trials.mini_swe_agent import MiniSweAgent  # it builds on this module
 
         return MiniSweAgent.from_spec(spec)
-    kinds = ("oracle", "nop", "shell", "command", "workflow", "bundle", "mini-swe-agent")
+    if name == "terminus":
+        from orchestrator.trials.terminus import TerminusAgent  # it builds on this module
+
+        return TerminusAgent.from_spec(spec)
+    kinds = (
+        "oracle", "nop", "shell", "command", "workflow", "bundle", "mini-swe-agent", "terminus"
+    )  # fmt: skip
     word = name if mark and len(name) < len(kind) else kind
     guess = closest(word, kinds)
     hint = f" (did you mean {guess}{spec[len(word) :]}?)" if guess else ""
     raise AgentSpecError(
         f"--agent {spec!r}: unknown agent{hint}; use oracle, nop, shell, command:<shell "
-        "command>, workflow:<module>:<Class>, bundle:<wheel or project> or mini-swe-agent"
+        "command>, workflow:<module>:<Class>, bundle:<wheel or project>, mini-swe-agent or terminus"
     )

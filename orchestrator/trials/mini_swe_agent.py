@@ -23,7 +23,9 @@ environment's `timeout` and `env`, the model's `model_kwargs`. With no `step_lim
 model's `max_turns` is used. The instruction is the task's (or the rollout's prompt). Its
 trajectory is kept as `agent/mini-swe-agent.traj.json` beside the gateway's `trajectory.json`.
 
-The package is imported only when such a trial runs its agent.
+The package is imported only when such a trial runs its agent. It must be installed where
+the loop runs: on a Ray cluster, on every node (checked there before the loop starts; a node
+without it fails the trial as `infra`, `AgentPackageMissingError`, never as the agent's).
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ from typing import Any
 import yaml
 
 from orchestrator.common.atomic_write import write_atomic
-from orchestrator.common.errors import AgentSpecError
+from orchestrator.common.errors import AgentSpecError, TrialboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
+from orchestrator.sandbox import Sandbox
 from orchestrator.trials.host_agent import HostAgent, HostAgentStopped, HostModel, HostRun
+from orchestrator.trials.materialize import Materialized
 from orchestrator.trials.result import TrialResult
 
 CONFIG_MARK = "?config="
@@ -51,6 +55,17 @@ TESTED = ">=2.4,<2.5"  # the range pyproject.toml's extra pins, and the tests ra
 MODEL_RETRIES = 3
 MODEL_TIMEOUT_SEC = 600.0
 UNAME = "uname -s; uname -r; uname -v; uname -m"
+
+
+class AgentPackageMissingError(TrialboxError):
+    """The agent's package is not installed where its loop runs (a cluster node set up
+    without `trialbox[mini-swe-agent]`): the machine's fault, infra; a retry may land on a
+    node that has it."""
+
+
+def package_here() -> bool:
+    """Whether mini-swe-agent can be imported in this process."""
+    return importlib.util.find_spec(PACKAGE) is not None
 
 
 def read_agent_config(path: Path) -> dict[str, Any]:
@@ -88,13 +103,22 @@ class MiniSweAgent(HostAgent):
                 f"--agent {spec!r}: expected mini-swe-agent, optionally followed by "
                 "?config=<mini-swe-agent config .yaml> (--agent-config FILE.yaml)"
             )
-        if importlib.util.find_spec(PACKAGE) is None:
+        if not package_here():
             raise AgentSpecError(
                 f"--agent {spec!r} needs the mini-swe-agent package ({TESTED}): "
                 "pip install 'trialbox[mini-swe-agent]'"
             )
         config = read_agent_config(Path(config_file)) if config_file else {}
         return cls(spec, config)
+
+    async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:
+        """Where the loop runs (a Ray node too), before it starts: the package is there."""
+        if not package_here():
+            raise AgentPackageMissingError(
+                f"--agent {self.spec}: the mini-swe-agent package ({TESTED}) is not installed "
+                "where the agent's loop runs (on a cluster: every node needs "
+                "'trialbox[mini-swe-agent]')"
+            )
 
     async def run(self, host: HostRun) -> int:
         if host.model is None:

@@ -32,6 +32,7 @@ from orchestrator.backends.docker.inspection import (
     stop_all_from_host_blocking,
 )
 from orchestrator.backends.docker.storage import DiskWatch, create_sized
+from orchestrator.backends.docker.terminal import DockerTerminal, open_docker_terminal
 from orchestrator.common.archive import extract_stream, tar_of_files
 from orchestrator.common.errors import (
     SandboxConflictError,
@@ -51,6 +52,7 @@ from orchestrator.sandbox import (
 )
 from orchestrator.sandbox.channel import ShellChannel, kill_command
 from orchestrator.sandbox.commands import SandboxCommand, shell_of
+from orchestrator.sandbox.terminal import kill_session_command
 
 SIGNAL_TIMEOUT_SEC = 10.0  # a channel's kill exec
 
@@ -116,6 +118,7 @@ class DockerSandbox:
         self._destroy = RunOnce(self._remove, self.limits.destroy_settle_sec)
         self._disk: DiskWatch | None = None  # storage.py: holds it to spec.storage_mb
         self._channels: list[ShellChannel] = []  # open_channel's, dropped at destroy
+        self._terminals: list[DockerTerminal] = []  # open_terminal's, dropped at destroy
         # The engine's account of the container as created (its image's USER and HEALTHCHECK,
         # its layer's folder): what `image_defaults` and the disk watch read, without asking.
         self._created: Mapping[str, Any] | None = None
@@ -267,6 +270,34 @@ class DockerSandbox:
             self._channels = [c for c in self._channels if not c.closed] + [channel]
         return channel
 
+    async def open_terminal(
+        self,
+        user: str = "",
+        cols: int = 160,
+        rows: int = 40,
+        *,
+        workdir: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> DockerTerminal | None:
+        """A terminal (`sandbox/terminal.py`): a shell as `user` on a pseudo-terminal of
+        `cols` x `rows`, kept open; None when one cannot start here (an engine over TLS or
+        SSH, an image without `sh`). Its `close()` kills its session's processes; one still
+        open at `destroy()` is dropped with the sandbox."""
+        if self.destroyed:
+            raise SandboxError(f"sandbox {self.name} is destroyed")
+
+        async def signal(name: str, session: int) -> None:
+            await self.exec(
+                kill_session_command(session, name), user=user, timeout_sec=SIGNAL_TIMEOUT_SEC
+            )
+
+        terminal = await open_docker_terminal(
+            self.container_id, user, signal, cols=cols, rows=rows, workdir=workdir, env=env
+        )
+        if terminal is not None:
+            self._terminals = [t for t in self._terminals if not t.closed] + [terminal]
+        return terminal
+
     # -- files --------------------------------------------------------------------------------
 
     async def upload(self, tar_bytes: bytes, path: str = "/") -> None:
@@ -353,6 +384,9 @@ class DockerSandbox:
         for channel in self._channels:  # an open exec stream would hold up the removal
             await channel.abandon()
         self._channels.clear()
+        for terminal in self._terminals:
+            await terminal.abandon()
+        self._terminals.clear()
         api = docker_api.docker_client().api
         try:
             await docker_api.call(
