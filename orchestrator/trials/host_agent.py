@@ -41,7 +41,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from orchestrator.common.errors import SandboxError
+from orchestrator.common.errors import TrialboxError
 from orchestrator.sandbox import Sandbox
 from orchestrator.sandbox.channel import TIMEOUT_EXIT, ChannelSandbox, CommandChannel
 from orchestrator.trials.agents import Agent
@@ -265,9 +265,10 @@ class HostEnding:
 
 async def drive(agent: HostAgent, host: HostRun, timeout_sec: float) -> HostEnding:
     """Run `agent`'s loop under its timeout. Past it: cancelled, stopped, `timeout` (124).
-    A loop that raised is an agent that exited 1 (what it raised is the detail); a sandbox
-    that failed under it (`SandboxError`) and a cancel (the host's abort) are raised, the loop
-    stopped first."""
+    A loop that raised is an agent that exited 1 (what it raised is the detail); an error of
+    trialbox's own, which carries its category (a `SandboxError` the sandbox failed under it,
+    an `AgentSpecError` the agent could not run with), and a cancel (the host's abort) are
+    raised, the loop stopped first."""
     try:
         async with asyncio.timeout(timeout_sec) as clock:
             code = await agent.run(host)
@@ -278,7 +279,7 @@ async def drive(agent: HostAgent, host: HostRun, timeout_sec: float) -> HostEndi
                 "timeout", TIMEOUT_EXIT, f"the agent's timeout ({timeout_sec:g} s) ran out"
             )
         return HostEnding("exited", 1, f"the agent's loop raised {type(exc).__name__}: {exc}")
-    except SandboxError:
+    except TrialboxError:
         raise
     except HostAgentStopped as exc:  # its own clock, read in a worker thread
         if host.remaining_sec <= 0:

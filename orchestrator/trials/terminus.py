@@ -41,11 +41,13 @@ from typing import Any
 
 from container_runtime import __version__, atif
 from orchestrator.common.atomic_write import write_atomic
-from orchestrator.common.errors import AgentSpecError
+from orchestrator.common.errors import AgentSpecError, SandboxError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
+from orchestrator.sandbox import Sandbox
 from orchestrator.sandbox.terminal import Terminal, TerminalSandbox
 from orchestrator.trials.host_agent import HostAgent, HostModel, HostRun
+from orchestrator.trials.materialize import Materialized
 from orchestrator.trials.result import TrialResult
 
 TRAJECTORY_NAME = "terminus.traj.json"
@@ -336,19 +338,27 @@ class TerminusAgent(HostAgent):
             raise AgentSpecError(f"--agent {spec!r}: expected terminus (it takes no options)")
         return cls(spec)
 
+    async def prepare(self, sandbox: Sandbox, trial: Materialized) -> None:
+        """Refused before the loop where no terminal can open (a backend without terminals,
+        such as the fake): that says nothing about the agent."""
+        if not isinstance(sandbox, TerminalSandbox):
+            raise AgentSpecError(
+                f"--agent {self.spec}: this backend's sandboxes cannot open a terminal; run "
+                "terminus on Docker"
+            )
+
     async def run(self, host: HostRun) -> int:
         if host.model is None:
             raise AgentSpecError(f"--agent {self.spec} needs a model")
         sandbox = host.sandbox
-        if not isinstance(sandbox, TerminalSandbox):
-            raise RuntimeError(f"--agent {self.spec}: this sandbox cannot open a terminal")
+        assert isinstance(sandbox, TerminalSandbox)  # checked by `prepare`
         self._model_name = host.model.name
         view = ScreenView(self.cols, self.rows)
         terminal = await sandbox.open_terminal(
             host.user, self.cols, self.rows, workdir=host.workdir, env=host.env
         )
         if terminal is None:
-            raise RuntimeError(f"--agent {self.spec}: no terminal could start in the sandbox")
+            raise SandboxError(f"--agent {self.spec}: no terminal could start in the sandbox")
         reader = asyncio.create_task(_pump(terminal, view))
         try:
             return await self._loop(host, host.model, terminal, view)

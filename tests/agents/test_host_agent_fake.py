@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox
+from orchestrator.common.errors import AgentSpecError
 from orchestrator.trials.host_agent import HostAgent, HostAgentStopped, HostRun
 from tests.conftest import write_task
 
@@ -172,3 +173,41 @@ async def test_a_host_agent_needs_no_runtime_and_no_process(tmp_path: Path) -> N
     assert result.reward == 1.0
     kinds: list[Any] = [type(command).__name__ for command in fake.created[0].execs]
     assert "Launch" not in kinds and "CheckRuntime" not in kinds
+
+
+class Misconfigured(HostAgent):
+    """Finds, inside its loop, that it cannot run as configured (trialbox's own error)."""
+
+    async def run(self, host: HostRun) -> int:
+        raise AgentSpecError("--agent test-host-agent: needs a setting it was not given")
+
+
+async def test_an_agent_that_cannot_run_as_configured_is_validation_not_scored(
+    tmp_path: Path,
+) -> None:
+    result = await run_trial(
+        make_task(tmp_path), Misconfigured("test-host-agent"), config=fake_config(tmp_path),
+        backend=backend(),
+    )  # fmt: skip
+
+    assert result.status == "failure" and result.reward is None
+    assert result.error is not None
+    assert (result.error.category, result.error.type) == ("validation", "AgentSpecError")
+
+
+async def test_terminus_on_a_backend_without_terminals_is_refused_before_its_loop(
+    tmp_path: Path,
+) -> None:
+    fake = backend()
+    config = TrialConfig(
+        jobs_dir=tmp_path / "jobs", backend={"type": "fake"}, limits=QUICK,
+        model={"name": "m", "base_url": "http://127.0.0.1:9/v1"},
+    )  # fmt: skip
+
+    result = await run_trial(make_task(tmp_path), "terminus", config=config, backend=fake)
+
+    assert result.error is not None
+    assert (result.error.category, result.error.type) == ("validation", "AgentSpecError")
+    assert "cannot open a terminal" in result.error.message
+    assert result.reward is None  # no score: the sample says nothing of the agent
+    assert all(sandbox.destroyed for sandbox in fake.created)
