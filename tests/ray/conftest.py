@@ -57,6 +57,23 @@ def registry_has(tag: str) -> bool:
     return name in _registry_tags(repository)
 
 
+def _owner_of(repository: str, name: str) -> str | None:
+    """The `trialbox.owner` label of a pushed image (its config blob), or None."""
+    accept = "application/vnd.docker.distribution.manifest.v2+json"
+    url = f"http://{REGISTRY}/v2/{repository}/manifests/{name}"
+    try:
+        request = urllib.request.Request(url, headers={"Accept": accept})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            config = json.load(r)["config"]["digest"]
+        blob = f"http://{REGISTRY}/v2/{repository}/blobs/{config}"
+        with urllib.request.urlopen(blob, timeout=10) as r:
+            labels = json.load(r).get("config", {}).get("Labels") or {}
+    except (OSError, KeyError, ValueError):
+        return None
+    owner = labels.get("trialbox.owner")
+    return owner if isinstance(owner, str) else None
+
+
 def _delete_from_registry(repository: str, name: str) -> None:
     url = f"http://{REGISTRY}/v2/{repository}/manifests/{name}"
     accept = "application/vnd.docker.distribution.manifest.v2+json"
@@ -81,7 +98,9 @@ def registry() -> Iterator[str]:
         )
     yield REGISTRY
     for name in _registry_tags() - before:
-        _delete_from_registry("trialbox-env", name)
+        # Another test run sharing the registry pushes too: delete only what this one built.
+        if _owner_of("trialbox-env", name) == TEST_OWNER:
+            _delete_from_registry("trialbox-env", name)
 
 
 @pytest.fixture(scope="session")
