@@ -52,6 +52,7 @@ from orchestrator import ModelConfig, TrialConfig, load_task, run_trial
 from orchestrator.backends.docker.images import default_builder
 from orchestrator.sandbox.spec import LABEL_OWNER
 from orchestrator.trials.config import parse_image_map
+from orchestrator.trials.terminus import START_SETTLE_SEC
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TASK = REPO_ROOT / "examples" / "hello-shell"
@@ -60,7 +61,6 @@ CALLS = 4
 MAX_TRIALS = 20
 START_WITHIN_SEC = 20.0
 TERMINUS_DURATION_SEC = 0.1
-TERMINUS_SETTLE_SEC = 0.5  # orchestrator/trials/terminus.py START_SETTLE_SEC
 AGENTS = ("shell", "mini-swe-agent", "terminus")
 
 LOOK = ["ls -la /app", "id; uname -sr"]
@@ -72,7 +72,9 @@ MINI_DONE = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
 def shell_script() -> list[Any]:
-    calls = [{"tool_calls": [{"name": "bash", "arguments": {"command": c}}]} for c in LOOK]
+    calls: list[Any] = [
+        {"tool_calls": [{"name": "bash", "arguments": {"command": c}}]} for c in LOOK
+    ]
     calls.append({"tool_calls": [{"name": "bash", "arguments": {"command": SOLVE}}]})
     calls.append("Wrote /app/greeting.txt.")
     return calls
@@ -104,7 +106,7 @@ SCRIPTS = {"shell": shell_script, "mini-swe-agent": mini_script, "terminus": ter
 WAITS = {
     "shell": 0.0,
     "mini-swe-agent": 0.0,
-    "terminus": TERMINUS_SETTLE_SEC + 3 * TERMINUS_DURATION_SEC,
+    "terminus": START_SETTLE_SEC + 3 * TERMINUS_DURATION_SEC,
 }
 
 
@@ -158,11 +160,14 @@ def remove_owned(client: docker.DockerClient, owner: str) -> int:
 @dataclass
 class Samples:
     total: list[float] = field(default_factory=list)
+    start: list[float] = field(default_factory=list)
     agent: list[float] = field(default_factory=list)
     calls: list[int] = field(default_factory=list)
 
     def per_turn(self, waits: float = 0.0) -> float:
-        return statistics.median((a - waits) / c for a, c in zip(self.agent, self.calls))
+        return statistics.median(
+            (a - waits) / c for a, c in zip(self.agent, self.calls, strict=True)
+        )
 
 
 async def one_trial(task: Path, agent: str, config: TrialConfig, samples: Samples | None) -> None:
@@ -176,6 +181,7 @@ async def one_trial(task: Path, agent: str, config: TrialConfig, samples: Sample
         )
     if samples is not None:
         samples.total.append(result.timings.total)
+        samples.start.append(result.timings.start)
         samples.agent.append(result.timings.agent)
         samples.calls.append(calls)
 
@@ -210,25 +216,28 @@ async def measure(root: Path, n: int, base_image: str, owner: str) -> dict[str, 
 
 
 def report(samples: dict[str, Samples]) -> None:
-    ms = 1000
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1000:8.0f} ms"
+
     base = samples["shell"].per_turn()
     base_net = samples["shell"].per_turn(WAITS["shell"])
     print(
-        f"{'agent':<16}{'trial p50':>11}{'agent p50':>11}{'calls':>7}{'per turn':>10}"
-        f"{'/ shell':>9}{'waits':>9}{'net/turn':>10}{'/ shell':>9}"
+        f"{'agent':<16}{'trial p50':>11}{'start p50':>11}{'agent p50':>11}{'calls':>7}"
+        f"{'per turn':>11}{'/ shell':>9}{'waits':>11}{'net/turn':>11}{'/ shell':>9}"
     )
     for agent, got in samples.items():
         per_turn, net = got.per_turn(), got.per_turn(WAITS[agent])
-        calls = statistics.median(got.calls)
         print(
-            f"{agent:<16}{statistics.median(got.total) * ms:8.0f} ms"
-            f"{statistics.median(got.agent) * ms:8.0f} ms{calls:7.0f}{per_turn * ms:7.0f} ms"
-            f"{per_turn / base:8.2f}x{WAITS[agent] * ms:6.0f} ms{net * ms:7.0f} ms"
+            f"{agent:<16}{ms(statistics.median(got.total))}{ms(statistics.median(got.start))}"
+            f"{ms(statistics.median(got.agent))}{statistics.median(got.calls):7.0f}"
+            f"{ms(per_turn)}{per_turn / base:8.2f}x{ms(WAITS[agent])}{ms(net)}"
             f"{net / base_net:8.2f}x"
         )
     print(
-        "\nper turn: the agent phase / model calls (p50 over trials); waits: the sleeps the "
-        "agent's protocol and script ask for, per trial; net: per turn without them"
+        "\nper turn: the agent phase / model calls, p50 over trials; start: the sandbox's start"
+        " phase (for shell, its runtime and\nforwarder too); waits: the sleeps the protocol "
+        "and the script ask for in one trial (terminus: the first prompt's\nsettle, each "
+        "command's duration); net: per turn without them."
     )
 
 

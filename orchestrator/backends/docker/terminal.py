@@ -71,16 +71,26 @@ class DockerTerminal:
             return b""
 
     async def close(self) -> None:
-        """TERM the shell's session, KILL what is left after a grace, close the stream."""
+        """TERM and HUP the shell's session, KILL what is left after a grace (shorter once the
+        shell has gone), close the stream."""
         if self._closed:
             return
         self._closed = True
-        for name in ("TERM", "KILL"):
+        # TERM for the programs; HUP for the shell, which as an interactive shell ignores TERM
+        # and leaves on a hangup, as when a terminal closes. The grace ends as soon as the
+        # shell is gone (its stream ends); KILL then takes whatever is left.
+        for name in ("TERM", "HUP", "KILL"):
             with contextlib.suppress(SandboxError, SandboxTimeoutError, OSError):
                 await self._signal(name, self.session)
-            if name == "TERM":
-                await asyncio.sleep(TERM_GRACE_SEC)
+            if name == "HUP":
+                with contextlib.suppress(TimeoutError, OSError):
+                    await asyncio.wait_for(self._drain(), TERM_GRACE_SEC)
         await self.abandon()
+
+    async def _drain(self) -> None:
+        """Read and drop the terminal's output until it ends (its shell exited)."""
+        while await self._reader.read(READ_SIZE):
+            pass
 
     async def abandon(self) -> None:
         """Close the stream without a signal: its sandbox is going."""
