@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import docker
+import pytest
 
 from tests.conftest import BASE_IMAGE, EXAMPLES, OFFICIAL_IMAGE, REPO_ROOT
 
@@ -87,3 +88,35 @@ def test_the_example_script_makes_the_shell_agent_solve_hello_shell(
     trajectory = (Path(trial["trial_dir"]) / "logs" / "agent" / "trajectory.json").read_text()
     assert "echo 'hello, world' > /app/greeting.txt" in trajectory
     assert "script exhausted" not in trajectory
+
+
+@pytest.mark.parametrize(
+    ("agent", "trajectory"),
+    [("mini-swe-agent", "mini-swe-agent.traj.json"), ("terminus", "terminus.traj.json")],
+)
+def test_the_example_scripts_make_the_host_agents_solve_hello_shell(
+    docker_ready: docker.DockerClient, tmp_path: Path, agent: str, trajectory: str
+) -> None:
+    """docs/agents.md's way to try a host-side agent: the stand-in plays
+    examples/standin/hello-<agent>.yaml and `trialbox run --agent <agent> --token-ids` scores
+    reward 1, its own trajectory kept and its token data a prefix extension throughout."""
+    jobs = tmp_path / "jobs"
+    script = EXAMPLES / "standin" / f"hello-{agent}.yaml"
+    with serving("--script", str(script)) as base_url:
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "orchestrator.cli", "run", str(EXAMPLES / "hello-shell"),
+                "--agent", agent, "--model", "standin-model", "--model-url", base_url,
+                "--token-ids", "--jobs-dir", str(jobs), "--json",
+                "--base-image", f"{OFFICIAL_IMAGE}={BASE_IMAGE}",
+            ],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (trial,) = json.loads(done.stdout)["trials"]
+    assert (trial["status"], trial["reward"], trial["error"]) == ("success", 1.0, None)
+    assert trial["usage"]["calls"] == 2
+    folder = Path(trial["trial_dir"])
+    assert (folder / "logs" / "agent" / trajectory).is_file()
+    result = json.loads((folder / "result.json").read_text())
+    assert result["token_drift"]["kind"] == "none", result["token_drift"]
