@@ -273,7 +273,7 @@ class PlacedSession:
             if not self._over:
                 self._status = "ready"
             raise
-        except Exception:
+        except BaseException:  # a cancel too: a verify that never ran leaves it usable
             if not self._over:
                 self._status = "ready"
                 raise

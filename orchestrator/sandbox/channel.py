@@ -49,6 +49,7 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from orchestrator.common.errors import SandboxError, SandboxTimeoutError
+from orchestrator.sandbox.protocol import Health
 
 DEFAULT_OUTPUT_CAP = 1 << 20  # bytes of stdout, and of stderr, a reply carries by default
 KILL_GRACE_SEC = 2.0  # between the TERM and the KILL of a timed-out command's group
@@ -158,6 +159,51 @@ class CommandChannel(Protocol):
     async def close(self) -> None:
         """End the loop; no process it started survives. Idempotent."""
         ...
+
+    @property
+    def closed(self) -> bool:
+        """True once closed or broken: open another for the next command."""
+        ...
+
+
+class HasHealth(Protocol):
+    """What `run_judged` asks of the sandbox: the engine's account of it."""
+
+    async def health(self, *, pids: bool = False) -> Health: ...
+
+
+async def run_judged(
+    channel: CommandChannel,
+    sandbox: HasHealth,
+    command: str | list[str],
+    *,
+    timeout_sec: float | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    output_cap: int = DEFAULT_OUTPUT_CAP,
+) -> ChannelResult:
+    """`channel.run`, judged when the command breaks its channel: while the engine says the
+    sandbox is fine, that was the command's own doing (it killed the loop, or left a process
+    holding its output past every limit), so it ends as killed (137, trialbox's note on
+    stderr, `timed_out` when its time was up) and the channel is closed for the caller to
+    open another. A sandbox that is not fine re-raises the `ChannelBrokenError` (a
+    `SandboxError`), for the caller to judge its cause."""
+    started = time.monotonic()
+    try:
+        return await channel.run(
+            command, timeout_sec=timeout_sec, env=env, cwd=cwd, output_cap=output_cap
+        )
+    except ChannelBrokenError as exc:
+        health = await sandbox.health()
+        if not (health.known and health.exists and health.running):
+            raise
+        took = time.monotonic() - started
+        return ChannelResult(
+            exit_code=KILLED_EXIT,
+            stderr=f"trialbox: the command broke its command channel: {exc}\n".encode(),
+            timed_out=timeout_sec is not None and took >= timeout_sec,
+            duration_sec=took,
+        )
 
 
 @runtime_checkable
@@ -369,6 +415,9 @@ class ShellChannel:
                     f"the channel's loop did not start: {channel._why() or 'no answer'}"
                 )
             channel._loop_pid = reply.pid
+        except (TimeoutError, OSError) as exc:
+            await channel._drop()
+            raise ChannelBrokenError(f"the channel's loop did not start: {exc!r}") from exc
         except BaseException:
             await channel._drop()
             raise

@@ -191,6 +191,7 @@ class TrialEngine:
         self._orphans = OrphanWatch(orphan_timeout_sec, clock or time.monotonic, self._orphaned)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._sessions: dict[str, SessionHandle | None] = {}  # live sessions; None while opening
+        self._doomed_sessions: dict[str, str] = {}  # opening ones an abort reached: why
         self._session_aborts: dict[SessionHandle, asyncio.Future[TrialResult]] = {}
         self._ended_sessions: TtlCache[SessionHandle] = (
             TtlCache(retention_sec) if clock is None else TtlCache(retention_sec, clock=clock)
@@ -563,9 +564,17 @@ class TrialEngine:
             )  # fmt: skip
         except BaseException:
             release()
+            self._doomed_sessions.pop(session_id, None)
             if self._sessions.get(session_id) is None:
                 self._sessions.pop(session_id, None)
             raise
+        doomed = self._doomed_sessions.pop(session_id, None)
+        if self.closed or doomed is not None:  # shut down or aborted while it opened
+            self._sessions.pop(session_id, None)
+            await session.abort(doomed or "the engine shut down while the session opened")
+            if self.closed:
+                raise EngineClosed("the engine shut down while the session opened")
+            raise ScopeAborted(f"session {session_id!r} was aborted while it opened: {doomed}")
         if session.status == "ready":
             self._sessions[session_id] = session
         return session
@@ -606,7 +615,9 @@ class TrialEngine:
         chosen = {i: s for i, s in self.sessions.items() if i.startswith(scope)}
         for session in chosen.values():
             self._abort_session(session, reason)
-        return dict.fromkeys(chosen, "cancelled_running")
+        opening = [i for i, s in self._sessions.items() if s is None and i.startswith(scope)]
+        self._doomed_sessions.update(dict.fromkeys(opening, reason))  # ended once ready
+        return dict.fromkeys([*chosen, *opening], "cancelled_running")
 
     def _abort_session(self, session: SessionHandle, reason: str) -> None:
         """A host abort of one live session in a task of its own; once per session (a second

@@ -43,7 +43,12 @@ from pydantic import BaseModel, Field
 
 from orchestrator.common.errors import TrialboxError
 from orchestrator.sandbox import Sandbox
-from orchestrator.sandbox.channel import TIMEOUT_EXIT, ChannelSandbox, CommandChannel
+from orchestrator.sandbox.channel import (
+    TIMEOUT_EXIT,
+    ChannelSandbox,
+    CommandChannel,
+    run_judged,
+)
 from orchestrator.trials.agents import Agent
 
 DEFAULT_COMMAND_SEC = 60.0
@@ -151,9 +156,12 @@ class HostRun:
             self.commands += 1
             channel = await self._open_channel()
             if channel is not None:
-                ran = await channel.run(
-                    command, timeout_sec=limit, env=merged, cwd=where, output_cap=self.output_cap
-                )
+                ran = await run_judged(
+                    channel, self.sandbox, command, timeout_sec=limit, env=merged, cwd=where,
+                    output_cap=self.output_cap,
+                )  # fmt: skip
+                if channel.closed:  # the command broke it: the next command opens another
+                    self._channel, self._channel_tried = None, False
                 return HostCommandResult(
                     exit_code=ran.exec_exit_code,  # a timed-out command reads as an exec's
                     output=(ran.stdout + ran.stderr).decode("utf-8", errors="replace"),
@@ -278,6 +286,8 @@ async def drive(agent: HostAgent, host: HostRun, timeout_sec: float) -> HostEndi
             return HostEnding(
                 "timeout", TIMEOUT_EXIT, f"the agent's timeout ({timeout_sec:g} s) ran out"
             )
+        if isinstance(exc, TrialboxError):  # an engine's timeout (SandboxTimeoutError)
+            raise
         return HostEnding("exited", 1, f"the agent's loop raised {type(exc).__name__}: {exc}")
     except TrialboxError:
         raise

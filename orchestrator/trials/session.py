@@ -57,7 +57,7 @@ from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import finish_shielded
 from orchestrator.sandbox import Backend, Sandbox
-from orchestrator.sandbox.channel import ChannelSandbox, CommandChannel
+from orchestrator.sandbox.channel import ChannelSandbox, CommandChannel, run_judged
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
@@ -415,7 +415,7 @@ class Session:
             with self._log.call("exec", asked) as note:
                 channel = await self._channel(sandbox, who)
                 if channel is not None:
-                    done = await self._run_in(channel, argv or text, limit, env, cwd)
+                    done = await self._run_in(sandbox, channel, argv or text, limit, env, cwd)
                 else:
                     ran = await sandbox.exec(
                         text, timeout_sec=limit, env=dict(env or {}), user=who, workdir=cwd,
@@ -444,16 +444,19 @@ class Session:
 
     async def _run_in(
         self,
+        sandbox: Sandbox,
         channel: CommandChannel,
         command: str | list[str],
         limit: float,
         env: Mapping[str, str] | None,
         cwd: str | None,
     ) -> SessionExecResult:
-        ran = await channel.run(
-            command, timeout_sec=limit, env=env, cwd=cwd or self.workdir,
-            output_cap=self.output_cap,
+        ran = await run_judged(
+            channel, sandbox, command, timeout_sec=limit, env=env,
+            cwd=cwd or self.workdir, output_cap=self.output_cap,
         )  # fmt: skip
+        if channel.closed:  # the command broke it: the next command opens another
+            self._channels = {u: c for u, c in self._channels.items() if c is not channel}
         return SessionExecResult(
             exit_code=ran.exec_exit_code,  # a timed-out command reads as a plain exec's
             stdout=ran.stdout.decode("utf-8", errors="replace"),
@@ -530,8 +533,9 @@ class Session:
         session (collected, removed, result.json written): the result, with its reward and
         rewards. Allowed past the budget; not after the session ended."""
         self._refuse_if_ended("verify")
-        self._status = "verifying"
         async with self._lock:
+            self._refuse_if_ended("verify")  # it may have ended while this call waited
+            self._status = "verifying"  # only now: a verify cancelled while it waited ran none
             spent = self._deadline <= time.monotonic()
             return await self._end(
                 verify=True, status="closed", termination="timeout" if spent else "exited"
@@ -599,32 +603,36 @@ class Session:
         if self._ended is not None:
             return await asyncio.shield(self._ended)
         self._ended = asyncio.get_running_loop().create_future()
-        if self._idle is not None and self._idle is not asyncio.current_task():
-            self._idle.cancel()
         trial, result = self.trial, self.trial.result
-        sandbox, staged = self._sandbox, trial.staged
-        assert sandbox is not None and staged is not None
-        self._record_agent(termination)
-        if not abort:  # a host abort removes the sandbox, channels and all, at once
-            await self._close_channels()
         verified = cancelled = False
-        if verify:
-            try:
-                with self._phases.enter("verify"):
-                    await trial.verify_work(sandbox, staged)
-                verified = True
-            except asyncio.CancelledError:
-                cancelled = True
-            except Exception as exc:
-                record_error(result, exc, "verify", trial.scrubber)
-        try:
+        try:  # whatever happens here, the end resolves: later closes and aborts wait on it
+            if self._idle is not None and self._idle is not asyncio.current_task():
+                self._idle.cancel()
+            sandbox, staged = self._sandbox, trial.staged
+            assert sandbox is not None and staged is not None
+            self._record_agent(termination)
+            if not abort:  # a host abort removes the sandbox, channels and all, at once
+                try:
+                    await asyncio.shield(self._close_channels())
+                except asyncio.CancelledError:
+                    cancelled = True
+            if verify and not cancelled:
+                try:
+                    with self._phases.enter("verify"):
+                        await trial.verify_work(sandbox, staged)
+                    verified = True
+                except asyncio.CancelledError:
+                    cancelled = True
+                except Exception as exc:
+                    record_error(result, exc, "verify", trial.scrubber)
             await finish_shielded(
                 trial.finish(staged, verified, cancelled or abort, self._started, ended=ended),
                 cancelled=cancelled,
             )  # fmt: skip
         finally:
             self._status = status
-            self._ended.set_result(result)
+            if not self._ended.done():
+                self._ended.set_result(result)
             self._ended_now()
         return result
 

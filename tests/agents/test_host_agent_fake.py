@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator import Limits, TrialConfig, TrialResult, run_trial
 from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox
-from orchestrator.common.errors import AgentSpecError
+from orchestrator.common.errors import AgentSpecError, SandboxTimeoutError
 from orchestrator.trials.host_agent import HostAgent, HostAgentStopped, HostRun
 from tests.conftest import write_task
 
@@ -211,3 +211,23 @@ async def test_terminus_on_a_backend_without_terminals_is_refused_before_its_loo
     assert "cannot open a terminal" in result.error.message
     assert result.reward is None  # no score: the sample says nothing of the agent
     assert all(sandbox.destroyed for sandbox in fake.created)
+
+
+class EngineTimesOut(HostAgent):
+    """Its command's engine call times out (an engine's timeout, not the agent's)."""
+
+    async def run(self, host: HostRun) -> int:
+        raise SandboxTimeoutError("exec in the sandbox: the engine did not answer in time")
+
+
+async def test_an_engine_timeout_under_a_host_agent_is_infra_not_the_agent_s(
+    tmp_path: Path,
+) -> None:
+    result = await run_trial(
+        make_task(tmp_path), EngineTimesOut("test-host-agent"), config=fake_config(tmp_path),
+        backend=backend(),
+    )  # fmt: skip
+
+    assert result.error is not None
+    assert (result.error.category, result.error.type) == ("infra", "SandboxTimeoutError")
+    assert result.error.discardable is True

@@ -74,3 +74,18 @@ async def test_without_the_fast_path_each_command_is_a_plain_exec_with_merged_ou
     assert (said.exit_code, said.channel, said.stderr) == (2, False, "")
     assert sorted(said.stdout.splitlines()) == ["err", "out"]  # Docker's pipes, either order
     assert (slow.timed_out, slow.exit_code, slow.channel) == (True, 124, False)
+
+
+async def test_a_command_that_kills_its_channel_ends_as_killed_and_the_session_goes_on(
+    config: TrialConfig, container_watch: ContainerWatch
+) -> None:
+    async with TrialEngine(config=config, job_id=container_watch.job_id) as engine:
+        async with await engine.open_session(task=HELLO) as session:
+            broke = await session.exec("kill -9 $PPID")  # the channel's loop: its own doing
+            after = await session.exec("echo still here")
+            result = await session.verify()
+
+    assert (broke.exit_code, broke.channel) == (137, True)
+    assert "broke its command channel" in broke.stderr
+    assert (after.exit_code, after.stdout, after.channel) == (0, "still here\n", True)
+    assert result.error is None or result.error.category != "infra", result.error

@@ -25,7 +25,7 @@ from orchestrator.common.errors import (
     SessionPathError,
 )
 from orchestrator.sandbox import Health
-from orchestrator.service.rollouts import ScopeAborted
+from orchestrator.service.rollouts import EngineClosed, ScopeAborted
 from orchestrator.tasks.task import load_task
 from orchestrator.trials.session import Session, open_session
 from tests.conftest import write_task
@@ -368,3 +368,81 @@ async def test_abort_and_shutdown_end_live_sessions(tmp_path: Path) -> None:
     assert theirs.result.status == "cancelled"
     assert any("shut down" in w for w in theirs.result.warnings)
     assert all(sandbox.destroyed for sandbox in backend.created)
+
+
+# -- ends that are cut short ---------------------------------------------------------------------
+
+
+async def test_a_verify_cancelled_while_waiting_for_a_call_leaves_the_session_usable(
+    tmp_path: Path,
+) -> None:
+    session = await opened(tmp_path, FakeBackend(QUICK))
+    running = asyncio.ensure_future(session.exec("sleep 0.5"))
+    await asyncio.sleep(0.05)
+
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(session.verify(), 0.1)  # never got past the running call
+    await running
+
+    assert session.status == "ready"
+    assert (await session.exec("echo still")).stdout == "still\n"
+    assert (await session.close()).status == "cancelled"
+
+
+async def test_a_verify_cancelled_while_it_runs_still_ends_the_session_and_its_sandbox(
+    tmp_path: Path,
+) -> None:
+    started = asyncio.Event()
+
+    async def slow_verifier(sandbox: FakeSandbox, call: ExecCall) -> int:
+        started.set()
+        await asyncio.sleep(30)
+        return 0
+
+    backend = FakeBackend(QUICK, verifier=slow_verifier)
+    session = await opened(tmp_path, backend)
+    verifying = asyncio.ensure_future(session.verify())
+    await started.wait()
+    verifying.cancel()
+
+    ended = await asyncio.wait_for(session.close(), 10)  # waits for that end, never hangs
+
+    assert ended.status == "cancelled"
+    assert session.status == "closed"
+    assert backend.created[0].destroyed
+    assert on_disk(ended).status == "cancelled"
+
+
+async def test_a_session_still_opening_at_shutdown_is_ended_not_left_running(
+    tmp_path: Path,
+) -> None:
+    task = write_task(tmp_path / "tasks", "hello")
+    backend = FakeBackend(QUICK, build_sec=0.5)
+    engine = TrialEngine(config=fake_config(tmp_path), backend=backend, task=task)
+    opening = asyncio.ensure_future(engine.open_session(session_id="late"))
+    await asyncio.sleep(0.1)
+
+    await engine.shutdown(drain_sec=0)
+
+    with pytest.raises(EngineClosed):
+        await opening
+    assert engine.sessions == {}
+    assert all(sandbox.destroyed for sandbox in backend.created)
+
+
+async def test_a_session_opening_when_its_scope_is_aborted_is_ended_once_ready(
+    tmp_path: Path,
+) -> None:
+    task = write_task(tmp_path / "tasks", "hello")
+    backend = FakeBackend(QUICK, build_sec=0.5)
+    engine = TrialEngine(config=fake_config(tmp_path), backend=backend, task=task)
+    opening = asyncio.ensure_future(engine.open_session(session_id="tenant-c::1"))
+    await asyncio.sleep(0.1)
+
+    said = abort("tenant-c::")
+
+    with pytest.raises(ScopeAborted, match="aborted while it opened"):
+        await opening
+    assert said == {"tenant-c::1": "cancelled_running"}
+    assert all(sandbox.destroyed for sandbox in backend.created)
+    await engine.shutdown(drain_sec=0)
