@@ -75,6 +75,15 @@ def node_gateway() -> Gateway:
     return gateway
 
 
+async def close_node_gateway() -> None:
+    """Close this loop's node gateway, if it has one (its upstream connections with it): a
+    node actor lives as long as its driver, but a loop that ends before its process does (a
+    test's) closes it so."""
+    gateway = _gateways.pop(asyncio.get_running_loop(), None)
+    if gateway is not None:
+        await gateway.aclose()
+
+
 @dataclass(frozen=True)
 class TrialWork:
     """Everything a node needs to run one trial, picklable. `host_env` holds the driver's

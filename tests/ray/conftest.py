@@ -15,7 +15,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import docker
 import pytest
 
 from orchestrator import TrialConfig
-from orchestrator.executors.node_trial import SCRATCH_ENV
+from orchestrator.executors.node_trial import SCRATCH_ENV, close_node_gateway
 from orchestrator.sandbox.backend_config import RayBackendConfig
 from tests.conftest import BASE_IMAGE, BASE_IMAGE_MAP, TEST_OWNER, our_containers
 from tests.ray.second_dockerd import SecondDockerd
@@ -83,6 +83,14 @@ def _delete_from_registry(repository: str, name: str) -> None:
     delete = urllib.request.Request(f"http://{REGISTRY}/v2/{repository}/manifests/{digest}")
     delete.method = "DELETE"
     urllib.request.urlopen(delete, timeout=10).close()
+
+
+@pytest.fixture(autouse=True)
+async def _node_gateway_closed() -> AsyncIterator[None]:
+    """Placed trials without Ray run on the test's own loop, whose node gateway
+    (`executors/node_trial.py`, one per process and loop) closes with the test."""
+    yield
+    await close_node_gateway()
 
 
 @pytest.fixture(scope="session")
