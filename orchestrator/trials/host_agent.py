@@ -43,16 +43,11 @@ from pydantic import BaseModel, Field
 
 from orchestrator.common.errors import TrialboxError
 from orchestrator.sandbox import Sandbox
-from orchestrator.sandbox.channel import (
-    TIMEOUT_EXIT,
-    ChannelSandbox,
-    CommandChannel,
-    run_judged,
-)
+from orchestrator.sandbox.channel import TIMEOUT_EXIT
+from orchestrator.sandbox.runner import CommandRunner
 from orchestrator.trials.agents import Agent
 
 DEFAULT_COMMAND_SEC = 60.0
-CHANNEL_CLOSE_SEC = 10.0
 THREAD_STOP_SEC = 10.0  # how long a blocking loop gets to notice it was stopped
 
 T = TypeVar("T")
@@ -116,8 +111,7 @@ class HostRun:
         self._on_stop = on_stop
         self._stopped = False
         self._loop = asyncio.get_running_loop()
-        self._channel: CommandChannel | None = None
-        self._channel_tried = False
+        self._commands = CommandRunner(sandbox, use_channel=use_channel)
         self._lock = asyncio.Lock()
         self._from_threads: set[concurrent.futures.Future[HostCommandResult]] = set()
 
@@ -154,37 +148,16 @@ class HostRun:
             merged = {**self.env, **(env or {})}
             where = cwd or self.workdir
             self.commands += 1
-            channel = await self._open_channel()
-            if channel is not None:
-                ran = await run_judged(
-                    channel, self.sandbox, command, timeout_sec=limit, env=merged, cwd=where,
-                    output_cap=self.output_cap,
-                )  # fmt: skip
-                if channel.closed:  # the command broke it: the next command opens another
-                    self._channel, self._channel_tried = None, False
-                return HostCommandResult(
-                    exit_code=ran.exec_exit_code,  # a timed-out command reads as an exec's
-                    output=(ran.stdout + ran.stderr).decode("utf-8", errors="replace"),
-                    timed_out=ran.timed_out,
-                    truncated=ran.truncated,
-                    duration_sec=ran.duration_sec,
-                    channel=True,
-                )
-            done = await self.sandbox.exec(
-                command, timeout_sec=limit, env=merged, user=self.user, workdir=where,
+            ran = await self._commands.run(
+                command, user=self.user, timeout_sec=limit, env=merged, cwd=where,
                 output_cap=self.output_cap,
             )  # fmt: skip
             return HostCommandResult(
-                exit_code=done.exit_code, output=done.output, timed_out=done.timed_out,
-                truncated=done.truncated, duration_sec=done.duration_sec,
+                exit_code=ran.exit_code,
+                output=(ran.stdout + ran.stderr).decode("utf-8", errors="replace"),
+                timed_out=ran.timed_out, truncated=ran.truncated,
+                duration_sec=ran.duration_sec, channel=ran.channel,
             )  # fmt: skip
-
-    async def _open_channel(self) -> CommandChannel | None:
-        if not self._channel_tried:
-            self._channel_tried = True
-            if self.use_channel and isinstance(self.sandbox, ChannelSandbox):
-                self._channel = await self.sandbox.open_channel(self.user)
-        return self._channel
 
     def exec_blocking(self, command: str, **options: Any) -> HostCommandResult:
         """`exec` from a worker thread (a loop run with `in_thread`); `HostAgentStopped` once
@@ -239,10 +212,7 @@ class HostRun:
         for future in list(self._from_threads):
             future.cancel()
         async with self._lock:  # the running command, cancelled, has stopped its group
-            channel, self._channel = self._channel, None
-        if channel is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(channel.close(), CHANNEL_CLOSE_SEC)
+            await self._commands.close()
         if self._on_stop is not None:
             await self._on_stop()
 

@@ -57,7 +57,7 @@ from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import finish_shielded
 from orchestrator.sandbox import Backend, Sandbox
-from orchestrator.sandbox.channel import ChannelSandbox, CommandChannel, run_judged
+from orchestrator.sandbox.runner import CommandRunner
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.config import TrialConfig
@@ -71,7 +71,6 @@ from orchestrator.trials.users import user_ids
 SessionStatus = Literal["opening", "ready", "verifying", "closed", "expired"]
 SESSION_AGENT = "session"  # the agent_spec a session's result.json records
 DEFAULT_IDLE_TTL_SEC = 600.0
-CHANNEL_CLOSE_SEC = 10.0  # a channel's close; the sandbox's removal ends it in any case
 # How to raise a cap, said by every error that names one.
 RAISE_A_CAP = "raise it with TrialConfig(limits=Limits({name}=...)) where the session opens"
 PROTECTED = (paths.TESTS_DIR, paths.VERIFIER_DIR)  # the verifier's, refused before verify()
@@ -228,7 +227,7 @@ class Session:
         self._closing = False
         self._sandbox: Sandbox | None = None
         self.use_channel = use_channel
-        self._channels: dict[str, CommandChannel | None] = {}  # by user; None: no channel
+        self._commands: CommandRunner  # made once the sandbox is ready (`_open`)
         self._owner = (0, 0)  # the uid and gid files written by the session get
         self._user = ""  # who commands run as by default, by name ('': the image sets none)
         self._started = time.monotonic()
@@ -304,6 +303,7 @@ class Session:
             self._ended_now()
             raise
         self._sandbox = sandbox
+        self._commands = CommandRunner(sandbox, use_channel=self.use_channel)
         self._ready_at = self._last = time.monotonic()
         self._deadline = self._ready_at + trial.task.config.agent.timeout_sec
         self._status = "ready"
@@ -405,7 +405,7 @@ class Session:
         if cwd is not None and not cwd.startswith("/"):
             raise SessionPathError(f"cwd {cwd!r}: a session's paths must be absolute")
         who = self.user if user is None else user
-        async with self._call("exec") as (sandbox, remaining):
+        async with self._call("exec") as (_sandbox, remaining):
             limit = remaining if timeout_sec is None else min(timeout_sec, remaining)
             asked: dict[str, Any] = {"command": command} if argv is None else {"argv": argv}
             ran_as = (self._user or "root") if user is None else user  # '': the image's USER
@@ -413,18 +413,17 @@ class Session:
             asked.update({"cwd": cwd or self.workdir} if cwd or self.workdir else {})
             asked.update({"env": sorted(env)} if env else {})  # names only: values may be secret
             with self._log.call("exec", asked) as note:
-                channel = await self._channel(sandbox, who)
-                if channel is not None:
-                    done = await self._run_in(sandbox, channel, argv or text, limit, env, cwd)
-                else:
-                    ran = await sandbox.exec(
-                        text, timeout_sec=limit, env=dict(env or {}), user=who, workdir=cwd,
-                        output_cap=self.output_cap,
-                    )  # fmt: skip
-                    done = SessionExecResult(
-                        exit_code=ran.exit_code, stdout=ran.output, truncated=ran.truncated,
-                        timed_out=ran.timed_out, duration_sec=ran.duration_sec,
-                    )  # fmt: skip
+                ran = await self._commands.run(
+                    argv or text, user=who, timeout_sec=limit, env=env,
+                    cwd=cwd or self.workdir, output_cap=self.output_cap,
+                )  # fmt: skip
+                done = SessionExecResult(
+                    exit_code=ran.exit_code,
+                    stdout=ran.stdout.decode("utf-8", errors="replace"),
+                    stderr=ran.stderr.decode("utf-8", errors="replace"),
+                    truncated=ran.truncated, timed_out=ran.timed_out,
+                    duration_sec=ran.duration_sec, channel=ran.channel,
+                )  # fmt: skip
                 note.content, cut = self._log.output(done.stdout + done.stderr)
                 note.timed_out = done.timed_out
                 note.outcome = {
@@ -432,48 +431,6 @@ class Session:
                     "truncated": done.truncated, "output_cut": cut,
                 }  # fmt: skip
         return done
-
-    async def _channel(self, sandbox: Sandbox, user: str) -> CommandChannel | None:
-        """The session's command channel for `user`, opened on first use; None where the
-        sandbox has none (then every command is a plain exec)."""
-        if not self.use_channel or not isinstance(sandbox, ChannelSandbox):
-            return None
-        if user not in self._channels:
-            self._channels[user] = await sandbox.open_channel(user)
-        return self._channels[user]
-
-    async def _run_in(
-        self,
-        sandbox: Sandbox,
-        channel: CommandChannel,
-        command: str | list[str],
-        limit: float,
-        env: Mapping[str, str] | None,
-        cwd: str | None,
-    ) -> SessionExecResult:
-        ran = await run_judged(
-            channel, sandbox, command, timeout_sec=limit, env=env,
-            cwd=cwd or self.workdir, output_cap=self.output_cap,
-        )  # fmt: skip
-        if channel.closed:  # the command broke it: the next command opens another
-            self._channels = {u: c for u, c in self._channels.items() if c is not channel}
-        return SessionExecResult(
-            exit_code=ran.exec_exit_code,  # a timed-out command reads as a plain exec's
-            stdout=ran.stdout.decode("utf-8", errors="replace"),
-            stderr=ran.stderr.decode("utf-8", errors="replace"),
-            truncated=ran.truncated,
-            timed_out=ran.timed_out,
-            duration_sec=ran.duration_sec,
-            channel=True,
-        )
-
-    async def _close_channels(self) -> None:
-        """Every channel ended (their processes with them) before the verifier or teardown."""
-        channels = [c for c in self._channels.values() if c is not None]
-        self._channels.clear()
-        for channel in channels:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(channel.close(), CHANNEL_CLOSE_SEC)
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write `data` to the absolute `path` (its folders made as needed), owned by the
@@ -613,7 +570,7 @@ class Session:
             self._record_agent(termination)
             if not abort:  # a host abort removes the sandbox, channels and all, at once
                 try:
-                    await asyncio.shield(self._close_channels())
+                    await asyncio.shield(self._commands.close())
                 except asyncio.CancelledError:
                     cancelled = True
             if verify and not cancelled:
