@@ -185,6 +185,14 @@ def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         help="clip a task's cpus and memory to the host's, with a warning, instead of refusing",
     )
     parser.add_argument(
+        "--warm-pool",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep N started sandboxes waiting per task image and limits, for trials to take "
+        "instead of creating one (default: none; serve --prewarm: 2)",
+    )
+    parser.add_argument(
         "--stop-leftovers",
         action="store_true",
         help="kill every process the agent left running before each verifier, as a task's "
@@ -328,6 +336,7 @@ def config_of(args: Any) -> TrialConfig:
         force_build=getattr(args, "force_build", False),
         clip_resources=getattr(args, "clip_resources", False),
         stop_leftovers=getattr(args, "stop_leftovers", False),
+        warm_pool=getattr(args, "warm_pool", None) or 0,
     )
     config.base_image_map.update(parse_image_map(args.base_image))
     return config

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 TOKEN_ENV = "TRIALBOX_ADMIN_TOKEN"
 TENANT_TOKENS_ENV = "TRIALBOX_TENANT_TOKENS"
+PREWARM_POOL = 2  # sandboxes kept waiting per shape under --prewarm, unless --warm-pool is given
 
 
 def tenant_tokens(env_value: str | None, flags: list[str]) -> dict[str, str]:
@@ -133,7 +134,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--prewarm",
         action="store_true",
-        help="build the images of the template task or of every task in --tasks-dir first",
+        help="build the images of the template task or of every task in --tasks-dir first, "
+        f"and keep {PREWARM_POOL} sandboxes waiting per image once one was asked for (unless "
+        "--warm-pool says otherwise)",
     )
     parser.add_argument(
         "--allow-model-url",
@@ -264,6 +267,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # task cannot be used, or a base-image mapping cannot work.
     tasks = serve_tasks(args.task, args.tasks_dir)
     config = on_cluster(config_of(args), args)
+    if args.prewarm and args.warm_pool is None:
+        config.warm_pool = PREWARM_POOL  # prewarmed images, and sandboxes of them waiting
     check_base_images(config, tasks, every_task=not args.allow_task_paths)
     bundle = None if args.bundle is None else bundle_agent(args)
     engine = TrialEngine(

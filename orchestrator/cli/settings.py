@@ -82,6 +82,7 @@ class RunOptions(BaseModel):
     no_internet: bool = False
     force_build: bool = False
     clip_resources: bool = False
+    warm_pool: int | None = Field(None, ge=0)
     stop_leftovers: bool = False
     label: Any = None
     labels: Path | None = None

@@ -11,6 +11,7 @@ agent's long exec, nor the other way round.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,9 @@ _pool = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="trialbox-i
 
 
 async def run_blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """`fn(*args, **kwargs)` in the host-work pool; the caller's loop stays free."""
+    """`fn(*args, **kwargs)` in the host-work pool, in the caller's context (so what it asks
+    of an engine counts for the caller's trial: `sandbox/engine_calls.py`); the caller's loop
+    stays free."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_pool, functools.partial(fn, *args, **kwargs))
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await loop.run_in_executor(_pool, call)

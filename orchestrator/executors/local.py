@@ -1,10 +1,12 @@
 """Trials in this process: `trials.trial.Trial` on a `Backend` (Docker, the fake).
 
 `LocalExecutor` is the class: every trial of the executor shares one model gateway, made when
-first needed and closed by `aclose` (the engine's shutdown); its `images` and `leftovers` are
-the backend itself. `run_trial` is the public function for one trial, on the backend given or
-the one its config names (`backends.build_backend`: it lives here, not beside `Trial`, because
-`trials/` imports no backend).
+first needed and closed by `aclose` (the engine's shutdown), and, with `warm_pool`, the warm
+pools its trials and sessions take sandboxes from (`sandbox/pool.py`, also removed by
+`aclose`); its `images` and `leftovers` are the backend itself. `run_trial` is the public
+function for one trial, on the backend given or the one its config names
+(`backends.build_backend`: it lives here, not beside `Trial`, because `trials/` imports no
+backend).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from orchestrator.common.offload import run_blocking
 from orchestrator.executors.base import Executor, TrialEvents, TrialRun
 from orchestrator.gateway.server import Gateway
 from orchestrator.sandbox import Backend
+from orchestrator.sandbox.pool import PooledBackend
 from orchestrator.tasks.task import Task, load_task
 from orchestrator.trials.agents import Agent, parse_agent
 from orchestrator.trials.config import TrialConfig
@@ -31,7 +34,10 @@ class LocalExecutor(Executor):
     """Runs each trial here, its sandbox made by `backend`."""
 
     def __init__(self, config: TrialConfig, backend: Backend) -> None:
-        self.config, self.backend = config, backend
+        self.config = config
+        # With config.warm_pool, trials and sessions take started sandboxes from pools.
+        self.pool = PooledBackend(backend, size=config.warm_pool) if config.warm_pool else None
+        self.backend: Backend = self.pool or backend
         self.name = backend.name
         self._gateway: Gateway | None = None
 
@@ -85,7 +91,9 @@ class LocalExecutor(Executor):
         )  # fmt: skip
 
     async def aclose(self) -> None:
-        """Close the shared gateway, if one was made."""
+        """Remove the warm pools' idle sandboxes; close the shared gateway, if one was made."""
+        if self.pool is not None:
+            await self.pool.aclose()
         if self._gateway is not None:
             await self._gateway.aclose()
             self._gateway = None

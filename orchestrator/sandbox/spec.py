@@ -1,8 +1,9 @@
 """What a sandbox is made of, whatever backend makes it: image, identity, the task's limits.
 
 `SandboxSpec` holds the image, the trial's identity, its limits, `mounts` (`Mount`), the task's
-`env` and `workdir`, the `jobs_dir` and the `creator`; `sandbox_name` and the `trialbox.*`
-labels (`LABEL_TRIAL`, `LABEL_JOB`, `LABEL_OWNER`) are how a sandbox is found again.
+`env` and `workdir`, the `files` there from its start, the `jobs_dir` and the `creator`;
+`sandbox_name` and the `trialbox.*` labels (`LABEL_TRIAL`, `LABEL_JOB`, `LABEL_OWNER`) are how
+a sandbox is found again.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ class SandboxSpec(BaseModel):
     )
     workdir: str | None = Field(
         None, description="Working directory of every exec; None keeps the image's WORKDIR."
+    )
+    files: bytes | None = Field(
+        None,
+        repr=False,
+        description="A tar extracted at / before the sandbox starts (modes, owners and times "
+        "kept, as `Sandbox.upload` keeps them): there from its first instant, without a copy "
+        "into the running sandbox (the trial's /logs).",
     )
     jobs_dir: str | None = Field(
         None,

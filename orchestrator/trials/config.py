@@ -4,7 +4,7 @@
 `refuse_short_secrets`, the `model`, the `backend` (a `BackendConfig`, the union of
 `sandbox/backend_config.py`: naming a backend imports none), the `limits`, and the switches
 `trialbox run` and `serve` share (`no_internet`, `force_build`, `clip_resources`,
-`stop_leftovers`, `keep_containers`).
+`stop_leftovers`, `keep_containers`, `warm_pool`).
 """
 
 from __future__ import annotations
@@ -111,6 +111,14 @@ class TrialConfig(BaseModel):
         False,
         description="Clip a task's cpus and memory to what the engine's host has, with a "
         "warning in the result, instead of refusing the task.",
+    )
+    warm_pool: int = Field(
+        0,
+        ge=0,
+        description="Started, never-used sandboxes kept waiting per sandbox shape (a task's "
+        "image, limits and environment), which trials and sessions take instead of creating "
+        "one (sandbox/pool.py); 0: none. Each executor (a node of a cluster: its own) keeps "
+        "its own pools, removed at its shutdown.",
     )
 
     @field_validator("base_image_map", mode="before")

@@ -73,6 +73,18 @@ class Timings(BaseModel):
     total: float = 0.0
 
 
+class EngineCalls(BaseModel):
+    """The requests the trial made to its engine (`sandbox/engine_calls.py`): what a trial
+    costs the engine beyond its own work, and what a faster trial cuts."""
+
+    total: int = 0
+    by_kind: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per kind of request, in the backend's words (Docker: the method and path "
+        "without ids, e.g. `POST /containers/{id}/exec`).",
+    )
+
+
 class SessionCalls(BaseModel):
     """A session's calls (agent `session`, docs/sessions.md): how many and how long, each
     timed on the host around its call into the sandbox. Every step is in the trial's
@@ -128,6 +140,12 @@ class TrialResult(BaseModel):
     agent: AgentOutcome = Field(default_factory=AgentOutcome)
     error: TrialError | None = None
     timings: Timings = Field(default_factory=Timings)
+    sandbox_from_pool: bool = Field(
+        False,
+        description="The sandbox was taken from a warm pool (TrialConfig.warm_pool): the "
+        "`start` timing was a take, not a create and start.",
+    )
+    engine_calls: EngineCalls = Field(default_factory=EngineCalls)
     session: SessionCalls | None = Field(
         None,
         description="A session's calls, counted and timed (its commands' total and longest "

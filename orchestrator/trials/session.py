@@ -57,6 +57,7 @@ from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber
 from orchestrator.common.shielding import finish_shielded
 from orchestrator.sandbox import Backend, Sandbox
+from orchestrator.sandbox.engine_calls import counting
 from orchestrator.sandbox.runner import CommandRunner
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
@@ -287,7 +288,8 @@ class Session:
         ends (result.json, the sandbox removed) and is raised."""
         trial = self.trial
         try:
-            sandbox = await trial.open_sandbox(self._phases)
+            with counting(trial.engine_calls):
+                sandbox = await trial.open_sandbox(self._phases)
             with timed(trial.result, "start"):
                 user = trial.context.agent_user or (await sandbox.image_defaults()).user
                 self._owner = await user_ids(sandbox, user, named_by="the session's user")
@@ -342,7 +344,8 @@ class Session:
             self._busy = asyncio.current_task()
             self._calls += 1
             try:
-                yield sandbox, remaining
+                with counting(self.trial.engine_calls):
+                    yield sandbox, remaining
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if self._closing and task is not None and task.uncancel() == 0:
@@ -562,35 +565,36 @@ class Session:
         self._ended = asyncio.get_running_loop().create_future()
         trial, result = self.trial, self.trial.result
         verified = cancelled = False
-        try:  # whatever happens here, the end resolves: later closes and aborts wait on it
-            if self._idle is not None and self._idle is not asyncio.current_task():
-                self._idle.cancel()
-            sandbox, staged = self._sandbox, trial.staged
-            assert sandbox is not None and staged is not None
-            self._record_agent(termination)
-            if not abort:  # a host abort removes the sandbox, channels and all, at once
-                try:
-                    await asyncio.shield(self._commands.close())
-                except asyncio.CancelledError:
-                    cancelled = True
-            if verify and not cancelled:
-                try:
-                    with self._phases.enter("verify"):
-                        await trial.verify_work(sandbox, staged)
-                    verified = True
-                except asyncio.CancelledError:
-                    cancelled = True
-                except Exception as exc:
-                    record_error(result, exc, "verify", trial.scrubber)
-            await finish_shielded(
-                trial.finish(staged, verified, cancelled or abort, self._started, ended=ended),
-                cancelled=cancelled,
-            )  # fmt: skip
-        finally:
-            self._status = status
-            if not self._ended.done():
-                self._ended.set_result(result)
-            self._ended_now()
+        with counting(trial.engine_calls):  # the end's engine calls are the session's
+            try:  # whatever happens here, the end resolves: later closes and aborts wait on it
+                if self._idle is not None and self._idle is not asyncio.current_task():
+                    self._idle.cancel()
+                sandbox, staged = self._sandbox, trial.staged
+                assert sandbox is not None and staged is not None
+                self._record_agent(termination)
+                if not abort:  # a host abort removes the sandbox, channels and all, at once
+                    try:
+                        await asyncio.shield(self._commands.close())
+                    except asyncio.CancelledError:
+                        cancelled = True
+                if verify and not cancelled:
+                    try:
+                        with self._phases.enter("verify"):
+                            await trial.verify_work(sandbox, staged)
+                        verified = True
+                    except asyncio.CancelledError:
+                        cancelled = True
+                    except Exception as exc:
+                        record_error(result, exc, "verify", trial.scrubber)
+                await finish_shielded(
+                    trial.finish(staged, verified, cancelled or abort, self._started, ended=ended),
+                    cancelled=cancelled,
+                )  # fmt: skip
+            finally:
+                self._status = status
+                if not self._ended.done():
+                    self._ended.set_result(result)
+                self._ended_now()
         return result
 
     def _record_agent(self, termination: Termination) -> None:

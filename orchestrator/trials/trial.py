@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +53,8 @@ from orchestrator.sandbox import (
     Sandbox,
     SandboxSpec,
 )
+from orchestrator.sandbox.engine_calls import counting
+from orchestrator.sandbox.pool import PoolableSandbox
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.collect import LogCollector
@@ -71,6 +74,7 @@ from orchestrator.trials.readiness import wait_ready
 from orchestrator.trials.record import Phases, record_error, timed
 from orchestrator.trials.result import (
     AgentOutcome,
+    EngineCalls,
     Phase,
     TrialResult,
     TrialStatus,
@@ -145,6 +149,7 @@ class Trial:
         self.verifier_run: VerifierRun | None = None
         self.staged: Materialized | None = None  # the task's copy, once materialized
         self._ran = False
+        self.engine_calls: Counter[str] = Counter()  # what it asked of the engine (result)
 
     # -- the whole trial ----------------------------------------------------------------------
 
@@ -158,23 +163,24 @@ class Trial:
         phases = Phases(self.result)
         cancelled = False
         verified = False
-        try:
-            sandbox = await self.open_sandbox(phases)
-            staged = self.staged
-            assert staged is not None
-            with phases.enter("agent"):
-                await self._run_agent(sandbox, staged)
-            with phases.enter("verify"):
-                await self.verify_work(sandbox, staged)
-                verified = True
-        except asyncio.CancelledError:
-            cancelled = True
-        except Exception as exc:  # recorded with its phase; the trial still cleans up
-            self._fail(exc, phases.reached)
-        # Teardown and the result file complete first (each step is bounded), then it goes on.
-        await finish_shielded(
-            self.finish(self.staged, verified, cancelled, started), cancelled=cancelled
-        )
+        with counting(self.engine_calls):
+            try:
+                sandbox = await self.open_sandbox(phases)
+                staged = self.staged
+                assert staged is not None
+                with phases.enter("agent"):
+                    await self._run_agent(sandbox, staged)
+                with phases.enter("verify"):
+                    await self.verify_work(sandbox, staged)
+                    verified = True
+            except asyncio.CancelledError:
+                cancelled = True
+            except Exception as exc:  # recorded with its phase; the trial still cleans up
+                self._fail(exc, phases.reached)
+            # Teardown and the result file complete first (each step is bounded), then on.
+            await finish_shielded(
+                self.finish(self.staged, verified, cancelled, started), cancelled=cancelled
+            )
         return self.result
 
     async def open_sandbox(self, phases: Phases) -> Sandbox:
@@ -257,15 +263,21 @@ class Trial:
 
     async def _start(self, staged: Materialized, built: ImageOutcome) -> Sandbox:
         context = self.context
+        mounts = await self._open_model_link()
+        forwarder = None if self.agent.on_host else self.link  # the gateway's, in the sandbox
+        # /logs goes in with the create, before the start (no copy after it), unless its
+        # input must name the forwarder's port, known only once that runs in the sandbox.
+        skeleton = None if forwarder is not None else skeleton_tar(staged.container_input)
         spec = SandboxSpec(
             image=built.tag, trial_id=self.trial_id, job_id=self.job_id, owner=self.config.owner,
             cpus=context.cpus, memory_mb=context.memory_mb,
             pids_limit=self.task.config.environment.pids_limit, storage_mb=context.storage_mb,
             network_mode=context.network_mode, env=context.env, workdir=context.workdir,
-            mounts=await self._open_model_link(),
+            mounts=mounts, files=skeleton,
             jobs_dir=str(self.trial_dir.parents[1]),  # <jobs_dir>/<job_id>/<trial_id>
         )  # fmt: skip
         self.sandbox = sandbox = await self.backend.create_sandbox(spec)
+        self.result.sandbox_from_pool = isinstance(sandbox, PoolableSandbox) and (sandbox.adopted)
         if self._needs_runtime:  # "present" too: the task's own steps may remove python3
             await check_runtime(sandbox, built.tag, self._runtime_user)
         defaults = await sandbox.image_defaults()
@@ -284,13 +296,11 @@ class Trial:
                 else f"the HEALTHCHECK of image {built.tag}"
             )
             await wait_ready(sandbox, check, where=check_where)
-        container_input = staged.container_input
-        if self.link is not None and not self.agent.on_host:
-            await self.link.connect(sandbox)
+        if forwarder is not None:
+            await forwarder.connect(sandbox)
             timeout = self.task.config.agent.timeout_sec
-            container_input = self.link.container_input(container_input, timeout)
-        skeleton = skeleton_tar(container_input)
-        await sandbox.upload(skeleton, "/")
+            container_input = forwarder.container_input(staged.container_input, timeout)
+            await sandbox.upload(skeleton_tar(container_input), "/")
         return sandbox
 
     async def _open_model_link(self) -> tuple[Mount, ...]:
@@ -491,6 +501,9 @@ class Trial:
         if self.link is not None:
             await self._guarded("teardown", self.link.release())
         self.result.timings.total = time.monotonic() - started
+        self.result.engine_calls = EngineCalls(
+            total=sum(self.engine_calls.values()), by_kind=dict(sorted(self.engine_calls.items()))
+        )
         self.result.finished_at = datetime.now(UTC)
         await write_result(self.result, self.scrubber, self.trial_dir)
 

@@ -19,7 +19,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -32,6 +32,7 @@ from tenacity import (
 )
 
 from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
+from orchestrator.sandbox.engine_calls import count, in_context
 
 T = TypeVar("T")
 _TRANSPORT_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
@@ -46,11 +47,36 @@ _long = ThreadPoolExecutor(max_workers=LONG_POOL_SIZE, thread_name_prefix="trial
 def docker_client() -> docker.DockerClient:
     """One client per process, with a connection pool for both thread pools."""
     try:
-        return docker.from_env(max_pool_size=SHORT_POOL_SIZE + LONG_POOL_SIZE, timeout=300)
+        client = docker.from_env(max_pool_size=SHORT_POOL_SIZE + LONG_POOL_SIZE, timeout=300)
     except docker.errors.DockerException as exc:
         raise SandboxError(
             f"the Docker engine does not answer ({exc}); start it, e.g. scripts/ensure-docker.sh"
         ) from exc
+    send = client.api.send
+
+    def counted_send(request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        count(request_kind(request.method or "", request.path_url))
+        return send(request, **kwargs)
+
+    client.api.send = counted_send  # every request to the engine passes here
+    return client
+
+
+_ID_AT = {"containers": 1, "exec": 1, "networks": 1, "volumes": 1}
+_NOT_IDS = frozenset({"create", "json", "prune"})
+
+
+def request_kind(method: str, path_url: str) -> str:
+    """What a request to the engine is, without its ids: `POST /containers/{id}/start`."""
+    parts = path_url.split("?", 1)[0].strip("/").split("/")
+    if parts and parts[0].startswith("v1."):
+        parts = parts[1:]  # the API version
+    if len(parts) >= 2 and parts[0] == "images" and parts[1] not in _NOT_IDS:
+        last = parts[-1] if len(parts) > 2 else ""
+        parts = ["images", "{name}", *([last] if last in ("json", "push", "tag") else [])]
+    elif len(parts) >= 2 and _ID_AT.get(parts[0]) == 1 and parts[1] not in _NOT_IDS:
+        parts[1] = "{id}"
+    return f"{method} /{'/'.join(parts)}"
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -87,7 +113,7 @@ def translate(exc: BaseException, what: str) -> SandboxError:
 async def in_thread(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
     """Run a short blocking call in the short pool, without retry or translation."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_short, functools.partial(fn, *args, **kwargs))
+    return await loop.run_in_executor(_short, in_context(fn, *args, **kwargs))
 
 
 async def call(what: str, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
@@ -102,7 +128,7 @@ async def call_once(what: str, fn: Callable[..., T], *args: object, **kwargs: ob
     """Run a long or non-idempotent engine call (an exec, a build) once, in the long pool."""
     loop = asyncio.get_running_loop()
     try:
-        return await loop.run_in_executor(_long, functools.partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(_long, in_context(fn, *args, **kwargs))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise translate(exc, what) from exc
 

@@ -61,6 +61,28 @@ def health_blocking(container_id: str, since: float, pids: bool) -> Health:
     return health
 
 
+# What a container that nothing ran in never shows in its events (`pristine_blocking`).
+_UNFIT_ACTIONS = ("exec_create", "exec_start", "die", "kill", "oom", "stop", "pause", "restart")
+
+
+def pristine_blocking(container_id: str, since: float) -> bool:
+    """Whether the container runs and, by the engine's events since `since` (its creation,
+    epoch seconds), nothing ran in it and nothing stopped or killed it."""
+    api = docker_api.docker_client().api
+    try:
+        state = api.inspect_container(container_id).get("State") or {}
+    except docker.errors.NotFound:
+        return False
+    if not state.get("Running") or state.get("OOMKilled"):
+        return False
+    events = api.events(
+        since=f"{since - 1:.6f}", until=f"{time.time():.6f}",
+        filters={"container": container_id, "type": "container"}, decode=True,
+    )  # fmt: skip
+    actions = [str(e.get("Action", "")) for e in events]
+    return not any(action.startswith(_UNFIT_ACTIONS) for action in actions)
+
+
 def _pids_from_cgroup(init: int | None, container_id: str) -> tuple[int, int] | None:
     """(current, max) from the container's pids cgroup, read on this host: instant, where
     the engine's stats take a second. None when the engine is not local or it is unreadable."""

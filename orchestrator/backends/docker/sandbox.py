@@ -29,8 +29,10 @@ from orchestrator.backends.docker.inspection import (
     KEEPALIVE_SLEEP,
     engine_is_local,
     health_blocking,
+    pristine_blocking,
     stop_all_from_host_blocking,
 )
+from orchestrator.backends.docker.prestart import place_files
 from orchestrator.backends.docker.storage import DiskWatch, create_sized
 from orchestrator.backends.docker.terminal import DockerTerminal, open_docker_terminal
 from orchestrator.common.archive import extract_stream, tar_of_files
@@ -122,6 +124,7 @@ class DockerSandbox:
         # The engine's account of the container as created (its image's USER and HEALTHCHECK,
         # its layer's folder): what `image_defaults` and the disk watch read, without asking.
         self._created: Mapping[str, Any] | None = None
+        self.adopted = False  # taken from a warm pool (`adopt`)
 
     @property
     def name(self) -> str:
@@ -138,7 +141,8 @@ class DockerSandbox:
         limits: Limits | None = None,
         capabilities: Capabilities | None = None,
     ) -> DockerSandbox:
-        """Create and start the container; a cancel or error at any point leaves nothing.
+        """Create the container, place `spec.files` in it and start it; a cancel or error at
+        any point leaves nothing.
 
         The container is named after the trial, so whatever went wrong (a cancel while the
         engine was creating it, or a retried create whose first try did succeed) it can be
@@ -169,7 +173,15 @@ class DockerSandbox:
                 **extra,
             )
 
-        creating = asyncio.ensure_future(create_sized(spec.storage_mb, create))
+        async def made() -> tuple[Container, bool]:
+            """The created container, with `spec.files` placed in it: one piece of work, so
+            a cancel lets it end before the container is removed."""
+            container, enforced = await create_sized(spec.storage_mb, create)
+            if spec.files is not None:
+                await place_files(container.id, container.attrs, spec.files)
+            return container, enforced
+
+        creating = asyncio.ensure_future(made())
         try:
             container, enforced = await asyncio.shield(creating)
             sandbox = cls(container.id, spec, limits, capabilities)
@@ -189,6 +201,26 @@ class DockerSandbox:
                 raise asyncio.CancelledError from None
             raise
         return sandbox
+
+    # -- a warm pool's (sandbox/pool.py) ---------------------------------------------------
+
+    async def pristine(self) -> bool:
+        """Running, and by the engine's own events since its creation nothing ran in it (no
+        exec, from trialbox or from outside), nothing killed it, no OOM."""
+        return await docker_api.call(
+            f"inspect container {self.container_id[:12]}",
+            pristine_blocking, self.container_id, self.created_at,
+        )  # fmt: skip
+
+    async def adopt(self, spec: SandboxSpec) -> None:
+        """Become `spec`'s: renamed to its name (labels cannot change on this engine: they
+        stay the pool's, which `trialbox reap` finds by its creator as well)."""
+        api = docker_api.docker_client().api
+        await docker_api.call(
+            f"rename container {self.container_id[:12]} to {spec.name}",
+            api.rename, self.container_id, spec.name,
+        )  # fmt: skip
+        self.spec, self.adopted = spec, True
 
     # -- exec ---------------------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ class FakeBackend(Backend):
         )
         self._images: dict[str, FakeImage] = {}
         self._building: dict[str, asyncio.Future[None]] = {}
-        self._present: dict[str, FakeSandbox] = {}
+        self._present: set[FakeSandbox] = set()  # by identity: a pooled one is renamed
 
     async def capabilities(self) -> Capabilities:
         return self._capabilities
@@ -142,7 +142,7 @@ class FakeBackend(Backend):
         image = self._images.get(spec.image)
         if image is None:
             raise SandboxNotFoundError(f"{what}: not found (no such image in this backend)")
-        if spec.name in self._present:
+        if any(present.name == spec.name for present in self._present):
             raise SandboxConflictError(f"{what}: conflict: the name {spec.name} is in use")
         sandbox = FakeSandbox(
             spec, image, capabilities=self._capabilities, limits=self.limits,
@@ -150,20 +150,19 @@ class FakeBackend(Backend):
             on_removed=self._removed,
         )  # fmt: skip
         sandbox.has_runtime = self.runtime != "absent"
-        self._present[spec.name] = sandbox
+        self._present.add(sandbox)
         self.created.append(sandbox)
         return sandbox
 
     def _removed(self, sandbox: FakeSandbox) -> None:
-        if self._present.get(sandbox.name) is sandbox:
-            del self._present[sandbox.name]
+        self._present.discard(sandbox)
 
     # -- leftovers ----------------------------------------------------------------------------
 
     async def find_leftovers(
         self, *, owner: str | None = None, job: str | None = None
     ) -> list[Leftover]:
-        spec_of = [s.spec for s in self._present.values()]
+        spec_of = [s.spec for s in self._present]
         return [
             Leftover(
                 name=spec.name,
@@ -181,7 +180,7 @@ class FakeBackend(Backend):
     async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
         removed = 0
         for leftover in leftovers:
-            sandbox = self._present.get(leftover.name)
+            sandbox = next((s for s in self._present if s.name == leftover.name), None)
             if sandbox is not None:  # gone meanwhile otherwise
                 sandbox.remove_now()
                 removed += 1

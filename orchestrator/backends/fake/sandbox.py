@@ -82,6 +82,8 @@ class FakeSandbox:
         self.files = FakeFiles()
         self.workdir = spec.workdir or image.workdir  # created, as the engine's -w does
         self.files.mkdir(self.workdir, parents=True)
+        if spec.files is not None:  # placed before the start, as the Docker backend does
+            extract_tar(self.files, spec.files, "/")
         self.healthcheck: Healthcheck | None = None  # the image's HEALTHCHECK, set by tests
         # What the engine says of the sandbox; a handler may change it mid-trial, as the
         # kernel or someone outside would (an OOM kill, every pid taken).
@@ -89,6 +91,7 @@ class FakeSandbox:
         self.has_runtime = True  # whether trialbox's Python runtime works in it
         self.processes = ProcessTable(kill_after=self.limits.exec_kill_after_sec)
         self.execs: list[SandboxCommand] = []  # every command asked for, in order
+        self.adopted = False  # taken from a warm pool
         self._capabilities = capabilities
         self._on_removed = on_removed
         self._present = True
@@ -362,6 +365,19 @@ class FakeSandbox:
         self.processes.end_all()
         self.engine_health = scripted.model_copy(update={"pids_current": 1})
         return True
+
+    # -- a warm pool's (sandbox/pool.py) ---------------------------------------------------
+
+    async def pristine(self) -> bool:
+        """There, nothing ever ran in it, and running by the engine's account."""
+        health = self.engine_health
+        return self._present and not self.execs and (health is None or health.running)
+
+    async def adopt(self, spec: SandboxSpec) -> None:
+        """Become `spec`'s: its name (a rename; labels are the spec's here)."""
+        self._check_present(f"rename {self.name}")
+        await asyncio.sleep(0)
+        self.spec, self.adopted = spec, True
 
     # -- teardown -----------------------------------------------------------------------------
 

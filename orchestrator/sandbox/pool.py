@@ -1,0 +1,255 @@
+"""Warm pools: started, never-used sandboxes that a trial or a session takes instead of
+creating one, so the create and start leave the critical path of the rollout.
+
+A pool holds sandboxes by shape: everything of a `SandboxSpec` but the trial's identity (its
+trial id, jobs folder) and its `files` (its /logs, written when it is taken). Nothing of a
+trial reaches a sandbox before it is taken: the task's environment is part of the shape (the
+same for every trial of a task), the trial's credentials and variables travel with each
+command as they always do, its name is given by `PoolableSandbox.adopt` (a rename; labels
+cannot change on Docker, so a pooled sandbox keeps the pool's `trialbox.trial`, which starts
+with `pool__`), its files are uploaded then, and its model gateway binds its socket into the
+sandbox's own slot folder (`SandboxSpec.slot_mount`) after the take, not before.
+
+A sandbox is handed out at most once, and only if it is pristine (running, healthy, nothing
+ever ran in it: `PoolableSandbox.pristine`); one that is not is removed. A pool learns a
+shape from the first trial that asks for it (that trial creates its own sandbox) and is
+refilled in the background after every take, bounded by `size` per shape, `max_sandboxes`
+in all and the engine's memory. Pooled sandboxes are made by this process with the usual
+labels, so `trialbox reap` finds them after a crash; `aclose` removes the idle ones.
+
+`PooledBackend` is the whole of it: a `Backend` over another, whose `create_sandbox` takes
+from the pool when it can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from orchestrator.common.ids import new_id
+from orchestrator.common.shielding import finish_shielded
+from orchestrator.sandbox.backend import (
+    Backend,
+    Capabilities,
+    ImageOutcome,
+    ImagePlan,
+    Leftover,
+    LocalImages,
+)
+from orchestrator.sandbox.protocol import Sandbox
+from orchestrator.sandbox.spec import SandboxSpec
+from orchestrator.tasks.task import Task
+
+log = logging.getLogger(__name__)
+
+POOL_PREFIX = "pool"  # a pooled sandbox's trial id is `pool__<8 hex>`: whose it becomes is its name
+REFILL_PAUSE_SEC = 30.0  # after a failed create, a shape is not refilled for this long
+
+
+@runtime_checkable
+class PoolableSandbox(Protocol):
+    """A sandbox that can wait in a pool and become a trial's when taken."""
+
+    async def pristine(self) -> bool:
+        """Running, healthy, and nothing ever ran in it (by the engine's account)."""
+        ...
+
+    async def adopt(self, spec: SandboxSpec) -> None:
+        """Become `spec`'s sandbox: its name (and, where the engine allows, its identity)."""
+        ...
+
+    @property
+    def adopted(self) -> bool:
+        """Whether it came from a pool (was adopted by a trial)."""
+        ...
+
+
+def shape_of(spec: SandboxSpec) -> str:
+    """What two specs must share for a sandbox made for one to serve the other."""
+    return spec.model_dump_json(exclude={"trial_id", "jobs_dir", "files"})
+
+
+@dataclass
+class _Shape:
+    """One shape's pool: the spec it makes sandboxes from, the idle ones, those being made."""
+
+    spec: SandboxSpec
+    idle: deque[Sandbox] = field(default_factory=deque)
+    making: set[asyncio.Task[None]] = field(default_factory=set)
+    paused_until: float = 0.0
+
+    @property
+    def held(self) -> int:
+        return len(self.idle) + len(self.making)
+
+
+class PooledBackend(Backend):
+    """`inner`'s sandboxes, taken from warm pools when one of the shape waits."""
+
+    def __init__(
+        self,
+        inner: Backend,
+        *,
+        size: int,
+        max_sandboxes: int | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a warm pool holds at least 1 sandbox per shape, not {size}")
+        self.inner = inner
+        self.name = inner.name
+        self.size = size
+        self.max_sandboxes = max_sandboxes if max_sandboxes is not None else 4 * size
+        self.taken = 0  # how many trials took a pooled sandbox
+        self._shapes: dict[str, _Shape] = {}
+        self._memory_mb: int | None = None  # the engine's, read with the first create
+        self._closed = False
+
+    # -- what the inner backend answers ---------------------------------------------------------
+
+    async def capabilities(self) -> Capabilities:
+        return await self.inner.capabilities()
+
+    async def local_images(self, refs: Sequence[str]) -> LocalImages | None:
+        return await self.inner.local_images(refs)
+
+    async def plan_image(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> ImagePlan:
+        return await self.inner.plan_image(task, base_image_map, force_build=force_build)
+
+    async def ensure_image(
+        self,
+        task: Task,
+        base_image_map: Mapping[str, str] | None = None,
+        *,
+        plan: ImagePlan | None = None,
+        force_build: bool = False,
+    ) -> ImageOutcome:
+        return await self.inner.ensure_image(
+            task, base_image_map, plan=plan, force_build=force_build
+        )
+
+    async def find_leftovers(
+        self, *, owner: str | None = None, job: str | None = None
+    ) -> list[Leftover]:
+        return await self.inner.find_leftovers(owner=owner, job=job)
+
+    async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
+        return await self.inner.remove_leftovers(leftovers)
+
+    # -- sandboxes --------------------------------------------------------------------------
+
+    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        """A pristine pooled sandbox of `spec`'s shape, adopted, with `spec.files` in it;
+        else a new one (and the pool learns the shape). Either way the pool is refilled."""
+        if self._closed:
+            return await self.inner.create_sandbox(spec)
+        if self._memory_mb is None:  # the bound on what the pools hold (backends cache it)
+            self._memory_mb = (await self.inner.capabilities()).memory_mb
+        key = shape_of(spec)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = _Shape(spec)
+        try:
+            taken = await self._take(shape, spec)
+        finally:
+            self._refill(shape)
+        if taken is not None:
+            return taken
+        return await self.inner.create_sandbox(spec)
+
+    async def _take(self, shape: _Shape, spec: SandboxSpec) -> Sandbox | None:
+        while shape.idle:
+            sandbox = shape.idle.popleft()
+            try:
+                if not isinstance(sandbox, PoolableSandbox) or not await sandbox.pristine():
+                    raise _NotPristine
+                await sandbox.adopt(spec)
+                if spec.files is not None:
+                    await sandbox.upload(spec.files, "/")
+            except BaseException as exc:  # never handed out: removed, whatever cancels come
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                await finish_shielded(sandbox.destroy(), cancelled=cancelled)
+                if not isinstance(exc, Exception):
+                    raise
+                if not isinstance(exc, _NotPristine):
+                    log.warning("a pooled sandbox could not be taken (%s): removed", exc)
+                continue
+            self.taken += 1
+            return sandbox
+        return None
+
+    def _refill(self, shape: _Shape) -> None:
+        """Start making sandboxes for `shape` up to its size, within the bounds."""
+        if self._closed or time.monotonic() < shape.paused_until:
+            return
+        while shape.held < self.size and self._room_for(shape.spec):
+            # In a context of its own: the pool's work is no trial's (engine_calls.py).
+            making = asyncio.create_task(
+                self._make(shape), name="warm pool refill", context=contextvars.Context()
+            )
+            shape.making.add(making)
+            making.add_done_callback(shape.making.discard)
+
+    def _room_for(self, spec: SandboxSpec) -> bool:
+        """Another sandbox of `spec` stays within `max_sandboxes` and, once the engine's
+        memory is known, within it (counting every held sandbox at its memory limit)."""
+        held = [(s.held, s.spec.memory_mb) for s in self._shapes.values()]
+        if sum(count for count, _ in held) >= self.max_sandboxes:
+            return False
+        memory = self._memory_mb
+        return memory is None or sum(c * m for c, m in held) + spec.memory_mb <= memory
+
+    async def _make(self, shape: _Shape) -> None:
+        spec = shape.spec.model_copy(update={"trial_id": new_id(POOL_PREFIX), "files": None})
+        try:
+            sandbox = await self.inner.create_sandbox(spec)
+        except Exception as exc:
+            shape.paused_until = time.monotonic() + REFILL_PAUSE_SEC
+            log.warning(
+                "a warm pool's sandbox could not be made (%s); that pool is not refilled for %g s",
+                exc,
+                REFILL_PAUSE_SEC,
+            )
+            return
+        if self._closed:
+            await finish_shielded(sandbox.destroy(), cancelled=False)
+            return
+        shape.idle.append(sandbox)
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    @property
+    def idle(self) -> int:
+        """Sandboxes waiting in the pools now."""
+        return sum(len(s.idle) for s in self._shapes.values())
+
+    async def wait_filled(self) -> None:
+        """Until no refill is under way (tests, benchmarks)."""
+        while making := [t for s in self._shapes.values() for t in s.making]:
+            await asyncio.gather(*making, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Remove every idle sandbox and stop refilling; a sandbox being made is removed
+        once made (its create is never cut in two). Taken sandboxes are their trials'."""
+        self._closed = True
+        making = [t for s in self._shapes.values() for t in s.making]
+        idle = [sb for s in self._shapes.values() for sb in s.idle]
+        for s in self._shapes.values():
+            s.idle.clear()
+        results = await asyncio.gather(
+            *making, *(sb.destroy() for sb in idle), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                log.warning("a warm pool's sandbox was not removed at shutdown: %s", result)
+
+
+class _NotPristine(Exception):
+    """A pooled sandbox something ran in, or whose health is not good."""
