@@ -98,10 +98,19 @@ class Gateway:
 
     # -- slots ---------------------------------------------------------------------------------
 
-    async def open_slot(self, *, trial_id: str, rollout_id: str | None, model: ModelConfig) -> Slot:
-        """A new slot listening on its own socket (mount `slot.folder` into the sandbox)."""
-        folder = self.root / secrets.token_hex(6)
-        folder.mkdir(mode=0o755)
+    async def open_slot(
+        self,
+        *,
+        trial_id: str,
+        rollout_id: str | None,
+        model: ModelConfig,
+        folder: Path | None = None,
+    ) -> Slot:
+        """A new slot listening on its own socket in `folder` (a sandbox's own folder, mounted
+        in it already), else in a new folder of the gateway's (mount `slot.folder`)."""
+        if folder is None:
+            folder = self.root / secrets.token_hex(6)
+            folder.mkdir(mode=0o755)
         slot = Slot(folder, trial_id=trial_id, rollout_id=rollout_id, model=model)
         handler = web.Server(
             lambda request: self._handle(slot, request), request_factory=_large_requests
@@ -111,6 +120,11 @@ class Gateway:
         slot.socket_path.chmod(0o666)  # whoever the forwarder in the sandbox runs as
         self._servers[slot] = (server, handler)
         return slot
+
+    @property
+    def open_slots(self) -> list[Slot]:
+        """The slots being served now."""
+        return list(self._servers)
 
     async def close_slot(self, slot: Slot) -> None:
         """Stop serving the slot: in-flight requests are cut, the socket goes, and the record

@@ -8,7 +8,8 @@ same for every trial of a task), the trial's credentials and variables travel wi
 command as they always do, its name is given by `PoolableSandbox.adopt` (a rename; labels
 cannot change on Docker, so a pooled sandbox keeps the pool's `trialbox.trial`, which starts
 with `pool__`), its files are uploaded then, and its model gateway binds its socket into the
-sandbox's own slot folder (`SandboxSpec.slot_mount`) after the take, not before.
+sandbox's own slot folder (`SandboxSpec.slot_mount`: every pooled sandbox has one where the
+backend can mount host folders) after the take, as it does for any trial's sandbox.
 
 A sandbox is handed out at most once, and only if it is pristine (running, healthy, nothing
 ever ran in it: `PoolableSandbox.pristine`); one that is not is removed. A pool learns a
@@ -43,7 +44,7 @@ from orchestrator.sandbox.backend import (
     LocalImages,
 )
 from orchestrator.sandbox.protocol import Sandbox
-from orchestrator.sandbox.spec import SandboxSpec
+from orchestrator.sandbox.spec import SLOT_DIR, SandboxSpec
 from orchestrator.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class PoolableSandbox(Protocol):
 
 def shape_of(spec: SandboxSpec) -> str:
     """What two specs must share for a sandbox made for one to serve the other."""
-    return spec.model_dump_json(exclude={"trial_id", "jobs_dir", "files"})
+    return spec.model_dump_json(exclude={"trial_id", "jobs_dir", "files", "slot_mount"})
 
 
 @dataclass
@@ -108,6 +109,7 @@ class PooledBackend(Backend):
         self.taken = 0  # how many trials took a pooled sandbox
         self._shapes: dict[str, _Shape] = {}
         self._memory_mb: int | None = None  # the engine's, read with the first create
+        self._slot_mount: str | None = None  # each pooled sandbox's own slot folder, if any
         self._closed = False
 
     # -- what the inner backend answers ---------------------------------------------------------
@@ -151,7 +153,11 @@ class PooledBackend(Backend):
         if self._closed:
             return await self.inner.create_sandbox(spec)
         if self._memory_mb is None:  # the bound on what the pools hold (backends cache it)
-            self._memory_mb = (await self.inner.capabilities()).memory_mb
+            capabilities = await self.inner.capabilities()
+            self._memory_mb = capabilities.memory_mb
+            # A pooled sandbox gets a slot folder wherever one can be mounted, so a trial with
+            # a model gateway can take it as well as one without.
+            self._slot_mount = SLOT_DIR if capabilities.host_mounts else None
         key = shape_of(spec)
         shape = self._shapes.get(key)
         if shape is None:
@@ -165,6 +171,8 @@ class PooledBackend(Backend):
         return await self.inner.create_sandbox(spec)
 
     async def _take(self, shape: _Shape, spec: SandboxSpec) -> Sandbox | None:
+        if spec.slot_mount not in (None, self._slot_mount):
+            return None  # it needs a slot folder elsewhere than pooled sandboxes have theirs
         while shape.idle:
             sandbox = shape.idle.popleft()
             try:
@@ -207,7 +215,8 @@ class PooledBackend(Backend):
         return memory is None or sum(c * m for c, m in held) + spec.memory_mb <= memory
 
     async def _make(self, shape: _Shape) -> None:
-        spec = shape.spec.model_copy(update={"trial_id": new_id(POOL_PREFIX), "files": None})
+        update = {"trial_id": new_id(POOL_PREFIX), "files": None, "slot_mount": self._slot_mount}
+        spec = shape.spec.model_copy(update=update)
         try:
             sandbox = await self.inner.create_sandbox(spec)
         except Exception as exc:

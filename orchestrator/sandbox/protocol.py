@@ -117,6 +117,17 @@ class ExecResult(BaseModel):
 
 
 @runtime_checkable
+class SlotSandbox(Protocol):
+    """A sandbox made with `SandboxSpec.slot_mount`: the host folder mounted there, its own,
+    removed with it (Docker's on a local engine)."""
+
+    @property
+    def slot_folder(self) -> Path | None:
+        """The folder on this host, or None when the sandbox has none."""
+        ...
+
+
+@runtime_checkable
 class Sandbox(RelaySandbox, Protocol):
     """One running sandbox. `destroy()` is idempotent and runs once whatever cancels."""
 

@@ -17,6 +17,7 @@ from orchestrator.sandbox.creator import LABEL_JOBS_DIR, Creator, this_process
 LABEL_TRIAL = "trialbox.trial"
 LABEL_JOB = "trialbox.job"
 LABEL_OWNER = "trialbox.owner"
+SLOT_DIR = "/run/trialbox-gateway"  # where a sandbox's own slot folder is (`slot_mount`)
 
 
 def sandbox_name(trial_id: str, job_id: str) -> str:
@@ -65,6 +66,13 @@ class SandboxSpec(BaseModel):
         description="A tar extracted at / before the sandbox starts (modes, owners and times "
         "kept, as `Sandbox.upload` keeps them): there from its first instant, without a copy "
         "into the running sandbox (the trial's /logs).",
+    )
+    slot_mount: str | None = Field(
+        None,
+        description="Where a folder of the engine's host that is the sandbox's own is mounted "
+        "read-only (`SlotSandbox.slot_folder`), for a host service to bind a socket in once "
+        "the sandbox exists (the model gateway: a pooled sandbox is made before its trial); "
+        "needs `Capabilities.host_mounts`. None: no such folder.",
     )
     jobs_dir: str | None = Field(
         None,

@@ -11,10 +11,11 @@ its `/logs/agent/trajectory.json` in the sandbox, so a grader scores what the mo
 and answered even when the workflow returned nothing.
 
 An agent whose loop runs on the host (`trials/host_agent.py`) gets no mount and no
-forwarder: `open(..., in_sandbox=False)`, then `open_loopback()` gives it the slot on a
+forwarder: `open(..., folder=None)`, then `open_loopback()` gives it the slot on a
 loopback port of the host (`gateway/loopback.py`), closed with the slot.
 
-`ModelLink` does each step: opens the slot, gives the mount, starts the forwarder, gives the
+`ModelLink` does each step: says where the sandbox mounts its slot folder, opens the slot in
+it, starts the forwarder, gives the
 agent's env, hands the record over to the verifier (`hand_over`) and keeps it (`keep`).
 """
 
@@ -35,19 +36,20 @@ from orchestrator.gateway.server import Gateway
 from orchestrator.gateway.settings import ModelConfig
 from orchestrator.gateway.slot import SOCKET_NAME, Slot
 from orchestrator.gateway.trajectory import trajectory_from_record
-from orchestrator.sandbox import Capabilities, Mount, Sandbox
+from orchestrator.sandbox import Capabilities, Sandbox
 from orchestrator.sandbox.commands import PathExists, StartForwarder
+from orchestrator.sandbox.spec import SLOT_DIR
 from orchestrator.trials.result import TrialResult
 
-GATEWAY_DIR = "/run/trialbox-gateway"
 FORWARD_START_SEC = 30.0
 HAND_OVER_SEC = 30.0
 SANDBOX_TRAJECTORY = f"{paths.AGENT_DIR}/trajectory.json"
 
 
 class ModelLink:
-    """Opened before the sandbox exists (its folder is part of the spec), connected once the
-    sandbox runs, closed when the agent is done (or the trial ends, whichever is first)."""
+    """Planned before the sandbox exists (`slot_mount`: its spec asks for a slot folder),
+    opened into that folder once it exists, connected once the forwarder runs, closed when
+    the agent is done (or the trial ends, whichever is first)."""
 
     def __init__(self, gateway: Gateway | None, model: ModelConfig) -> None:
         # A trial without an engine's gateway makes its own, and closes it on `release`.
@@ -59,35 +61,32 @@ class ModelLink:
         self._handed_over = False  # the sandbox's trajectory.json is the record's, not the agent's
         self._loopback: Loopback | None = None
 
-    async def open(
-        self,
-        *,
-        trial_id: str,
-        rollout_id: str | None,
-        capabilities: Capabilities,
-        in_sandbox: bool = True,
-    ) -> Mount | None:
-        """The slot, and the mount of its folder (None for an agent on the host, which
-        reaches the slot through `open_loopback` instead)."""
+    def slot_mount(self, capabilities: Capabilities, *, in_sandbox: bool) -> str | None:
+        """Where the sandbox must mount its own slot folder for the forwarder to reach the
+        slot (`SLOT_DIR`), or None for an agent on the host (`open_loopback` instead).
+        Checked before the sandbox is made: a backend that cannot mount host folders is
+        refused up front."""
         if not in_sandbox:
-            self.slot = await self.gateway.open_slot(
-                trial_id=trial_id, rollout_id=rollout_id, model=self.model
-            )
             return None
         if not capabilities.host_mounts:
             raise AgentSpecError(
                 "this backend cannot mount the model gateway's socket into its sandboxes; "
                 "run model-backed agents on a backend whose sandboxes share the gateway's host"
             )
+        return SLOT_DIR
+
+    async def open(self, *, trial_id: str, rollout_id: str | None, folder: Path | None) -> None:
+        """The slot, its socket in `folder` (the sandbox's own slot folder, mounted at
+        `SLOT_DIR`, so a sandbox made before its trial, a pooled one, gets it too), or in a
+        folder of the gateway's for an agent on the host."""
         self.slot = await self.gateway.open_slot(
-            trial_id=trial_id, rollout_id=rollout_id, model=self.model
+            trial_id=trial_id, rollout_id=rollout_id, model=self.model, folder=folder
         )
-        return Mount(source=str(self.slot.folder), target=GATEWAY_DIR, read_only=True)
 
     async def connect(self, sandbox: Sandbox) -> None:
         """Start the forwarder in the sandbox (as root, detached) and learn its port."""
         started = await sandbox.exec(
-            StartForwarder(f"{GATEWAY_DIR}/{SOCKET_NAME}"),
+            StartForwarder(f"{SLOT_DIR}/{SOCKET_NAME}"),
             timeout_sec=FORWARD_START_SEC,
             user="root",
         )

@@ -38,6 +38,7 @@ from orchestrator.common.errors import (
     AgentSpecError,
     ImageBuildError,
     RuntimeMissingError,
+    SandboxError,
 )
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.scrub import Scrubber, check_secret_lengths
@@ -49,12 +50,12 @@ from orchestrator.sandbox import (
     Capabilities,
     Health,
     ImageOutcome,
-    Mount,
     Sandbox,
     SandboxSpec,
 )
 from orchestrator.sandbox.engine_calls import counting
 from orchestrator.sandbox.pool import PoolableSandbox
+from orchestrator.sandbox.protocol import SlotSandbox
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
 from orchestrator.trials.collect import LogCollector
@@ -263,7 +264,7 @@ class Trial:
 
     async def _start(self, staged: Materialized, built: ImageOutcome) -> Sandbox:
         context = self.context
-        mounts = await self._open_model_link()
+        slot_mount = self._plan_model_link(await self.backend.capabilities())
         forwarder = None if self.agent.on_host else self.link  # the gateway's, in the sandbox
         # /logs goes in with the create, before the start (no copy after it), unless its
         # input must name the forwarder's port, known only once that runs in the sandbox.
@@ -273,11 +274,18 @@ class Trial:
             cpus=context.cpus, memory_mb=context.memory_mb,
             pids_limit=self.task.config.environment.pids_limit, storage_mb=context.storage_mb,
             network_mode=context.network_mode, env=context.env, workdir=context.workdir,
-            mounts=mounts, files=skeleton,
+            slot_mount=slot_mount, files=skeleton,
             jobs_dir=str(self.trial_dir.parents[1]),  # <jobs_dir>/<job_id>/<trial_id>
         )  # fmt: skip
         self.sandbox = sandbox = await self.backend.create_sandbox(spec)
         self.result.sandbox_from_pool = isinstance(sandbox, PoolableSandbox) and (sandbox.adopted)
+        if self.link is not None:
+            folder = sandbox.slot_folder if isinstance(sandbox, SlotSandbox) else None
+            if slot_mount is not None and folder is None:
+                raise SandboxError(f"sandbox {sandbox.name} was made without its slot folder")
+            await self.link.open(trial_id=self.trial_id, rollout_id=self.rollout_id,
+                                 folder=folder if slot_mount is not None else None)  # fmt: skip
+            self.scrubber = Scrubber(self._secrets())  # the slot's token is a secret
         if self._needs_runtime:  # "present" too: the task's own steps may remove python3
             await check_runtime(sandbox, built.tag, self._runtime_user)
         defaults = await sandbox.image_defaults()
@@ -303,22 +311,18 @@ class Trial:
             await sandbox.upload(skeleton_tar(container_input), "/")
         return sandbox
 
-    async def _open_model_link(self) -> tuple[Mount, ...]:
-        """The gateway slot, opened before the sandbox: its socket folder is mounted."""
+    def _plan_model_link(self, capabilities: Capabilities) -> str | None:
+        """The trial's link to its model, planned before the sandbox: where the sandbox must
+        mount its own slot folder (None: no model, or an agent on the host)."""
         if self.model is None:
             if self.agent.needs_model:
                 raise AgentSpecError(
                     f"--agent {self.agent.spec!r} needs a model: give --model and --model-url "
                     "(TrialConfig.model in Python)"
                 )
-            return ()
+            return None
         self.link = ModelLink(self._gateway, self.model)
-        mount = await self.link.open(
-            trial_id=self.trial_id, rollout_id=self.rollout_id,
-            capabilities=await self.backend.capabilities(), in_sandbox=not self.agent.on_host,
-        )  # fmt: skip
-        self.scrubber = Scrubber(self._secrets())
-        return () if mount is None else (mount,)
+        return self.link.slot_mount(capabilities, in_sandbox=not self.agent.on_host)
 
     async def _run_agent(self, sandbox: Sandbox, staged: Materialized) -> None:
         """Run the agent under the relay, which decides once how it ended; the trial only

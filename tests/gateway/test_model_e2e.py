@@ -246,10 +246,13 @@ async def test_a_cancelled_trial_closes_its_gateway_slot(config: TrialConfig) ->
             await engine.submit(RolloutRequest(rollout_id="gw-cancel"))
             await upstream.wait_for_requests(1, wait_sec=60)
             gateway = engine.gateway
-            assert gateway is not None and any(gateway.root.iterdir())  # the slot's folder
+            assert gateway is not None
+            (slot,) = gateway.open_slots  # its socket is in the sandbox's own folder
+            assert slot.socket_path.is_socket()
             assert await engine.cancel(ids=["gw-cancel"]) == {"gw-cancel": "cancelled_running"}
             assert engine.status("gw-cancel").status == "cancelled"
-            assert list(gateway.root.iterdir()) == []  # socket and folder gone
+            assert gateway.open_slots == []
+            assert not slot.folder.exists()  # socket and folder gone with the sandbox
         assert not gateway.root.exists()
 
 
@@ -361,3 +364,33 @@ async def test_a_task_with_a_network_still_reaches_its_model_through_the_gateway
     assert result.usage is not None and result.usage.calls == 3
     record = json.loads(agent_file(result, "gateway.json").read_text())
     assert len(record["exchanges"]) == 3
+
+
+async def test_pooled_sandboxes_serve_model_trials_each_with_its_own_gateway_slot(
+    config: TrialConfig,
+) -> None:
+    """A pooled sandbox is made before its trial: the trial's slot binds its socket into the
+    sandbox's own folder once taken, so the second trial's agent reaches its own slot (its
+    calls carry its own id) and the pooled sandbox's folder goes with it."""
+    from orchestrator.backends.docker.backend import DockerBackend
+    from orchestrator.sandbox.pool import PooledBackend
+
+    pool = PooledBackend(DockerBackend(config.limits), size=1)
+    results = []
+    try:
+        async with StandIn(shell_solver(SOLVE, "done")) as upstream:
+            for _ in range(2):
+                model_config = with_model(config, upstream)
+                results.append(
+                    await run_trial(
+                        SHELL_TASK, "shell", config=model_config, backend=pool, job_id="pooled"
+                    )
+                )
+                await pool.wait_filled()
+            tags = [r.headers["x-trialbox-rollout"] for r in upstream.chat_requests()]
+    finally:
+        await pool.aclose()
+    assert [(r.status, r.reward) for r in results] == [("success", 1.0)] * 2
+    assert [r.sandbox_from_pool for r in results] == [False, True]
+    assert tags == [results[0].trial_id] * 3 + [results[1].trial_id] * 3
+    assert not list(Path("/tmp").glob("tbslot-*/gateway.sock"))  # closed with their slots

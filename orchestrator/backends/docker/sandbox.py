@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import shutil
+import tempfile
 import time
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
@@ -43,6 +45,7 @@ from orchestrator.common.errors import (
     SandboxTimeoutError,
 )
 from orchestrator.common.limits import Limits
+from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import RunOnce, ride_out_cancels
 from orchestrator.sandbox import (
     Capabilities,
@@ -125,6 +128,7 @@ class DockerSandbox:
         # its layer's folder): what `image_defaults` and the disk watch read, without asking.
         self._created: Mapping[str, Any] | None = None
         self.adopted = False  # taken from a warm pool (`adopt`)
+        self.slot_folder: Path | None = None  # `SandboxSpec.slot_mount`'s, removed with it
 
     @property
     def name(self) -> str:
@@ -149,6 +153,13 @@ class DockerSandbox:
         found and removed by that name.
         """
         client = docker_api.docker_client()
+        # The sandbox's own folder of this host, for the gateway to bind its socket in later.
+        slot = Path(tempfile.mkdtemp(prefix="tbslot-")) if spec.slot_mount else None
+        mounts = [DockerMount(m.target, m.source, type="bind", read_only=m.read_only)
+                  for m in spec.mounts]  # fmt: skip
+        if slot is not None and spec.slot_mount is not None:
+            slot.chmod(0o755)
+            mounts.append(DockerMount(spec.slot_mount, str(slot), type="bind", read_only=True))
 
         def create(extra: Mapping[str, object]) -> Awaitable[Container]:
             return docker_api.call(
@@ -166,10 +177,7 @@ class DockerSandbox:
                 mem_limit=f"{spec.memory_mb}m",
                 pids_limit=spec.pids_limit,
                 security_opt=["no-new-privileges"],
-                mounts=[
-                    DockerMount(m.target, m.source, type="bind", read_only=m.read_only)
-                    for m in spec.mounts
-                ],
+                mounts=mounts,
                 **extra,
             )
 
@@ -185,6 +193,7 @@ class DockerSandbox:
         try:
             container, enforced = await asyncio.shield(creating)
             sandbox = cls(container.id, spec, limits, capabilities)
+            sandbox.slot_folder = slot
             sandbox._created = container.attrs  # the SDK's create inspected it already
             await docker_api.call(f"start container {container.short_id}", container.start)
             if spec.storage_mb is not None:
@@ -197,6 +206,8 @@ class DockerSandbox:
             settle = (limits or Limits()).create_settle_sec
             cancelled = await ride_out_cancels(creating, settle)
             await cls(spec.name, spec, limits).destroy()
+            if slot is not None:
+                shutil.rmtree(slot, ignore_errors=True)
             if cancelled:
                 raise asyncio.CancelledError from None
             raise
@@ -427,6 +438,8 @@ class DockerSandbox:
             )  # fmt: skip
         except SandboxNotFoundError:
             pass  # already gone: the goal of teardown is met
+        if self.slot_folder is not None:  # unmounted now: the container is gone
+            await run_blocking(shutil.rmtree, self.slot_folder, ignore_errors=True)
 
     async def destroy(self) -> None:
         """Remove the sandbox. Runs once, whatever cancels the caller meanwhile."""
