@@ -65,6 +65,7 @@ from orchestrator.sandbox.reclaim import reclaim_dead
 from orchestrator.service.auth import Tokens, scope_of
 from orchestrator.service.echo import shown, validation_errors
 from orchestrator.service.engine import TrialEngine
+from orchestrator.service.fast_status import FastStatus
 from orchestrator.service.guards import BodyLimit, json_size, url_under
 from orchestrator.service.prewarm import PrewarmRow, prewarm
 from orchestrator.service.rollouts import (
@@ -173,6 +174,7 @@ def create_app(
 
     app = FastAPI(title="trialbox", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, limit_for=upload_limit(max_file_bytes))
+    app.add_middleware(FastStatus, engine=engine)  # ahead of the routing: fast_status.py
     app.add_exception_handler(RequestValidationError, _invalid)
 
     @app.post("/rollouts", status_code=202)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
+from docker.transport.unixconn import UnixHTTPAdapter
 from tenacity import (
     retry,
     retry_if_exception,
@@ -59,7 +60,23 @@ def docker_client() -> docker.DockerClient:
         return send(request, **kwargs)
 
     client.api.send = counted_send  # every request to the engine passes here
+    _one_pool(client.api)
     return client
+
+
+def _one_pool(api: docker.APIClient) -> None:
+    """One connection pool for the engine's unix socket, whatever the request's URL.
+
+    The SDK's unix-socket adapter keys its pools by the whole URL: every container, exec and
+    query string gets a pool of its own, made with all `max_pool_size` slots filled and, past
+    25 pools, another one closed and drained, slot by slot under a lock. At 1,088 slots that
+    is about 2 ms of held GIL per new URL (an exec alone has three), which the event loop
+    waits out. Every URL reaches the same socket, so one pool serves them, its connections
+    kept alive across URLs."""
+    adapter = api.get_adapter(api.base_url)
+    if isinstance(adapter, UnixHTTPAdapter):
+        by_url = adapter.get_connection
+        adapter.get_connection = lambda _url, proxies=None: by_url(api.base_url, proxies)
 
 
 _ID_AT = {"containers": 1, "exec": 1, "networks": 1, "volumes": 1}

@@ -92,7 +92,8 @@ async def create_sized(
     """`create(extra create options)`, with the size option when the engine takes it; when it
     refuses, that is remembered for the engine and the create made without. Returns what
     `create` made and whether the engine enforces the size."""
-    engine = engine or _engine_driver()
+    if engine is None:  # asked of the engine once, off the loop
+        engine = await docker_api.in_thread(_engine_driver)
     option = size_option(storage_mb, engine)
     if not option:
         return await create({}), False
@@ -156,6 +157,14 @@ def walk_bytes(folders: Iterable[Path], budget_sec: float = WALK_BUDGET_SEC) -> 
     return total, True
 
 
+def _layer_bytes(folders: list[Path]) -> int:
+    """`walk_bytes` of a container's folders, off the loop; `SandboxNotFoundError` once its
+    layer went with it."""
+    if not folders[0].is_dir():
+        raise SandboxNotFoundError(f"{folders[0]} is gone")
+    return walk_bytes(folders)[0]
+
+
 def size_rw_blocking(container_id: str) -> int:
     """The engine's count of the writable layer's bytes (`inspect --size`): slow, remote-safe."""
     api = docker_api.docker_client().api
@@ -215,11 +224,8 @@ class DiskWatch:
 
     async def _measure(self, folders: list[Path] | None) -> int:
         if folders is not None:
-            if not folders[0].is_dir():  # the layer went with its container
-                raise SandboxNotFoundError(f"{folders[0]} is gone")
             loop = asyncio.get_running_loop()
-            used, _ = await loop.run_in_executor(_walks, walk_bytes, folders)
-            return used
+            return await loop.run_in_executor(_walks, _layer_bytes, folders)
         what = f"measure the disk of container {self.container_id[:12]}"
         return await docker_api.call(what, size_rw_blocking, self.container_id)
 
