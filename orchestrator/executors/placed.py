@@ -85,6 +85,10 @@ class PlacedExecutor(Executor):
             use_channel=use_channel,
         )  # fmt: skip
 
+    async def aclose(self) -> None:
+        """The nodes' warm pools are removed (the engine's shutdown)."""
+        await self.placement.aclose()
+
     @property
     def images(self) -> ImageMaker:
         return self._images

@@ -71,6 +71,10 @@ class Placement(ABC):
         raises `SandboxLostError` (infra); a task that no node could hold, `TaskError`.
         """
 
+    async def aclose(self) -> None:
+        """Let go of what the nodes keep for this placement (their warm pools)."""
+        return None
+
     async def ask(self, key: str, request: Any) -> Any:
         """Carry `request` to the running work named `key` on its node (a session's call,
         `node_session.answer` there) and return its answer; an exception raised there is

@@ -257,3 +257,20 @@ async def test_a_node_whose_engine_stops_answering_is_left_out_and_its_trials_ru
     assert after.superseded, "no trial was placed on the node whose engine had stopped"
     for lost in after.superseded:
         assert lost.error is not None and lost.error.category == "infra"
+
+
+async def test_each_node_keeps_its_own_warm_pool_and_removes_it_at_shutdown(
+    two_engines: TwoEngines, tmp_path: Path
+) -> None:
+    task = write_task(tmp_path / "tasks", "pooled", dockerfile=DOCKERFILE,
+                      task_toml=HALF_NODE_TOML)  # fmt: skip
+    config = two_engines.config(tmp_path, warm_pool=1)
+    job = await run_job([task], "nop", attempts=8, n_concurrent=2, config=config)
+    assert [t.status for t in job.trials] == ["success"] * 8, [t.error for t in job.trials]
+    # A node's first trial of the shape makes its sandbox; later ones there may take one.
+    assert any(t.sandbox_from_pool for t in job.trials)
+    for engine in (two_engines.first_host, two_engines.second_host):
+        on_it = [t for t in job.trials if t.node and t.node.engine == engine]
+        assert not on_it or not min(on_it, key=lambda t: t.started_at).sandbox_from_pool
+    # The job's end closed the nodes' pools: none of its sandboxes is left on either engine.
+    assert running_on(two_engines, job.job_id) == (0, 0)

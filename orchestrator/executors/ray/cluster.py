@@ -32,10 +32,12 @@ class RayCluster:
 
     name = "ray"
 
-    def __init__(self, config: RayBackendConfig, limits: Limits | None = None) -> None:
+    def __init__(
+        self, config: RayBackendConfig, limits: Limits | None = None, *, warm_pool: int = 0
+    ) -> None:
         self.config = config
         self.limits = limits or Limits()
-        self.fleet = Fleet(config, self.limits)
+        self.fleet = Fleet(config, self.limits, warm_pool=warm_pool)
         self.packer = Packer()
         self.placement = RayPlacement(config, self.fleet, self.packer)
 
@@ -100,5 +102,5 @@ class RayCluster:
 
 def ray_executor(config: TrialConfig, cluster: RayBackendConfig) -> PlacedExecutor:
     """Trials of `config` placed on the nodes of `cluster` (Ray connects when first used)."""
-    nodes = RayCluster(cluster, config.limits)
+    nodes = RayCluster(cluster, config.limits, warm_pool=config.warm_pool)
     return PlacedExecutor(config, nodes.placement, images=nodes, leftovers=nodes, name="ray")

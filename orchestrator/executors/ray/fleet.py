@@ -80,15 +80,16 @@ def lost(info: NodeInfo | None, node_id: str, exc: BaseException) -> SandboxLost
 class Fleet:
     """The node actors of one backend, made on first use, and the nodes left out."""
 
-    def __init__(self, config: RayBackendConfig, limits: Limits) -> None:
+    def __init__(self, config: RayBackendConfig, limits: Limits, *, warm_pool: int = 0) -> None:
         self.config, self.limits = config, limits
+        self.warm_pool = warm_pool  # each node's actor keeps its own pools (host.py)
         self._hosts: dict[str, Host] = {}
         self._making: dict[str, asyncio.Future[Host]] = {}
         self._unwell: dict[str, str] = {}  # node id -> why it is left out
         self._checked: dict[str, float] = {}
         self._checks: set[asyncio.Future[None]] = set()
         self._nodes: tuple[float, list[dict[str, Any]]] = (0.0, [])
-        digest = hashlib.sha256(f"{config!r}{limits!r}".encode()).hexdigest()[:8]
+        digest = hashlib.sha256(f"{config!r}{limits!r}{warm_pool}".encode()).hexdigest()[:8]
         self._suffix = digest
 
     async def ready(self) -> None:
@@ -135,7 +136,7 @@ class Fleet:
                 max_concurrency=MAX_TRIALS_PER_NODE,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             )
-            .remote(self.config, self.limits)
+            .remote(self.config, self.limits, self.warm_pool)
         )
         try:
             info = await actor.info.remote()
@@ -154,6 +155,20 @@ class Fleet:
 
     def known(self) -> list[Host]:
         return list(self._hosts.values())
+
+    async def close_pools(self) -> None:
+        """Every known node removes its idle pooled sandboxes; a node that does not answer
+        in time keeps them, for `trialbox reap --ray` (its actor's process made them)."""
+        if not self.warm_pool:
+            return
+        closing = [host.actor.close_pools.remote() for host in self.known()]
+        results = await asyncio.gather(
+            *(asyncio.wait_for(c, HEALTH_TIMEOUT_SEC + 5) for c in closing),
+            return_exceptions=True,
+        )
+        for host, result in zip(self.known(), results, strict=False):
+            if isinstance(result, BaseException):
+                log.warning("node %s kept its warm pool: %s", host.node_id[:12], result)
 
     async def excluded(self) -> set[str]:
         """Nodes new trials must not be placed on now; stale answers are asked again (in

@@ -41,6 +41,7 @@ from orchestrator.sandbox import (
     SandboxSpec,
 )
 from orchestrator.sandbox.backend_config import RayBackendConfig
+from orchestrator.sandbox.pool import PooledBackend
 from orchestrator.tasks.task import Task
 from orchestrator.trials.result import NodeInfo
 
@@ -113,9 +114,12 @@ def _node_backend(config: RayBackendConfig, limits: Limits) -> Backend:
 class NodeHost:
     """What the driver asks of one node. Made with `ray.remote` (see `fleet`)."""
 
-    def __init__(self, config: RayBackendConfig, limits: Limits) -> None:
+    def __init__(self, config: RayBackendConfig, limits: Limits, warm_pool: int = 0) -> None:
         self.config = config
-        self.backend = _node_backend(config, limits)
+        backend = _node_backend(config, limits)
+        # The node's warm pools (sandbox/pool.py): its trials and sessions take from them.
+        self.pool = PooledBackend(backend, size=warm_pool) if warm_pool else None
+        self.backend: Backend = self.pool or backend
         self.parcels = Unpacker(scratch_root() / f"tasks-{os.getpid()}")
         self._runs: dict[str, asyncio.Future[None]] = {}
         self._cancelled: set[str] = set()  # cancels that came before their run
@@ -133,6 +137,11 @@ class NodeHost:
             engine_id = str(found.get("ID") or found.get("Name") or "?")
         address = ray.util.get_node_ip_address()
         return NodeInfo(node_id=node_id, address=address, engine=engine, engine_id=engine_id)
+
+    async def close_pools(self) -> None:
+        """Remove the node's idle pooled sandboxes (the driver's shutdown)."""
+        if self.pool is not None:
+            await self.pool.aclose()
 
     async def health(self) -> str | None:
         """None when the node's engine answers; else what is wrong with it."""
