@@ -2,14 +2,16 @@
 creating one, so the create and start leave the critical path of the rollout.
 
 A pool holds sandboxes by shape: everything of a `SandboxSpec` but the trial's identity (its
-trial id, jobs folder) and its `files` (its /logs, written when it is taken). Nothing of a
-trial reaches a sandbox before it is taken: the task's environment is part of the shape (the
-same for every trial of a task), the trial's credentials and variables travel with each
-command as they always do, its name is given by `PoolableSandbox.adopt` (a rename; labels
-cannot change on Docker, so a pooled sandbox keeps the pool's `trialbox.trial`, which starts
-with `pool__`), its files are uploaded then, and its model gateway binds its socket into the
-sandbox's own slot folder (`SandboxSpec.slot_mount`: every pooled sandbox has one where the
-backend can mount host folders) after the take, as it does for any trial's sandbox.
+trial id, jobs folder), its `files` (its /logs) and its slot folder. Nothing of a trial
+reaches a sandbox before it is taken: the task's environment is part of the shape (the same
+for every trial of a task), and the trial's credentials and variables travel with each
+command as they always do. When taken, it gets the trial's name (`PoolableSandbox.adopt`: a
+rename; labels cannot change on Docker, so a pooled sandbox keeps the pool's `trialbox.trial`,
+which starts with `pool__`) and its files: where it has a slot folder (`SandboxSpec.slot_mount`,
+every pooled sandbox has one where the backend can mount host folders) it was made with links
+in place of the shape's files, pointing into that folder, and the trial's files are written
+there on this host, with no copy through the engine; else they are uploaded. The trial's model
+gateway binds its socket into that same folder, as for any trial's sandbox.
 
 A sandbox is handed out at most once, and only if it is pristine (running, healthy, nothing
 ever ran in it: `PoolableSandbox.pristine`); one that is not is removed. A pool learns a
@@ -26,14 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import io
 import logging
+import tarfile
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from orchestrator.common.ids import new_id
+from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import finish_shielded
 from orchestrator.sandbox.backend import (
     Backend,
@@ -43,12 +49,13 @@ from orchestrator.sandbox.backend import (
     Leftover,
     LocalImages,
 )
-from orchestrator.sandbox.protocol import Sandbox
+from orchestrator.sandbox.protocol import Sandbox, SlotSandbox
 from orchestrator.sandbox.spec import SLOT_DIR, SandboxSpec
 from orchestrator.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
+INPUTS = "inputs"  # in a pooled sandbox's slot folder: its trial's files, which its /logs links to
 POOL_PREFIX = "pool"  # a pooled sandbox's trial id is `pool__<8 hex>`: whose it becomes is its name
 REFILL_PAUSE_SEC = 30.0  # after a failed create, a shape is not refilled for this long
 
@@ -76,11 +83,63 @@ def shape_of(spec: SandboxSpec) -> str:
     return spec.model_dump_json(exclude={"trial_id", "jobs_dir", "files", "slot_mount"})
 
 
+def _members(files: bytes | None) -> tuple[tuple[str, str, int, int, int], ...] | None:
+    """A `files` archive's members, (name, "d" or "f", mode, uid, gid) each, when each is a
+    folder or a regular file; else None."""
+    if files is None:
+        return None
+    found = []
+    with tarfile.open(fileobj=io.BytesIO(files), mode="r:") as archive:
+        for info in archive:
+            if not (info.isdir() or info.isreg()):
+                return None
+            kind = "d" if info.isdir() else "f"
+            found.append((info.name, kind, info.mode, info.uid, info.gid))
+    return tuple(found)
+
+
+def _linked(files: bytes, slot_mount: str) -> bytes:
+    """`files` as a pooled sandbox is made with them: its folders as they are, and each of
+    its files a link to `<slot_mount>/inputs/<its path>`, which the taken trial's copy fills."""
+    out = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(files), mode="r:") as archive,
+        tarfile.open(fileobj=out, mode="w") as linked,
+    ):
+        for info in archive:
+            if info.isdir():
+                linked.addfile(info)
+                continue
+            link = tarfile.TarInfo(info.name)
+            link.type, link.mode = tarfile.SYMTYPE, 0o777
+            link.linkname = f"{slot_mount}/{INPUTS}/{info.name}"
+            linked.addfile(link)
+    return out.getvalue()
+
+
+def _write_inputs(folder: Path, files: bytes) -> None:
+    """The archive's files into the slot folder's `inputs/`, readable by every user (the
+    folder is mounted read-only: no user in the sandbox can change them)."""
+    with tarfile.open(fileobj=io.BytesIO(files), mode="r:") as archive:
+        for info in archive:
+            source = archive.extractfile(info) if info.isreg() else None
+            if source is None:
+                continue
+            target = folder / INPUTS / info.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read())
+            target.chmod(0o644)
+
+
 @dataclass
 class _Shape:
-    """One shape's pool: the spec it makes sandboxes from, the idle ones, those being made."""
+    """One shape's pool: the spec it makes sandboxes from, the idle ones, those being made,
+    and, where pooled sandboxes have slot folders, the files they are made with (`_linked`)
+    and the layout a trial's files must have to use them."""
 
     spec: SandboxSpec
+    linked: bytes | None = None
+    layout: tuple[tuple[str, str, int, int, int], ...] | None = None
     idle: deque[Sandbox] = field(default_factory=deque)
     making: set[asyncio.Task[None]] = field(default_factory=set)
     paused_until: float = 0.0
@@ -162,6 +221,9 @@ class PooledBackend(Backend):
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = _Shape(spec)
+            layout = _members(spec.files)
+            if self._slot_mount is not None and spec.files is not None and layout is not None:
+                shape.linked, shape.layout = _linked(spec.files, self._slot_mount), layout
         try:
             taken = await self._take(shape, spec)
         finally:
@@ -179,8 +241,7 @@ class PooledBackend(Backend):
                 if not isinstance(sandbox, PoolableSandbox) or not await sandbox.pristine():
                     raise _NotPristine
                 await sandbox.adopt(spec)
-                if spec.files is not None:
-                    await sandbox.upload(spec.files, "/")
+                await self._place_files(shape, sandbox, spec.files)
             except BaseException as exc:  # never handed out: removed, whatever cancels come
                 cancelled = isinstance(exc, asyncio.CancelledError)
                 await finish_shielded(sandbox.destroy(), cancelled=cancelled)
@@ -192,6 +253,19 @@ class PooledBackend(Backend):
             self.taken += 1
             return sandbox
         return None
+
+    @staticmethod
+    async def _place_files(shape: _Shape, sandbox: Sandbox, files: bytes | None) -> None:
+        """The trial's files in its pooled sandbox: written into the sandbox's slot folder
+        on this host, where its links point, when they have the shape's layout (no engine
+        call); else copied in."""
+        if files is None:
+            return
+        folder = sandbox.slot_folder if isinstance(sandbox, SlotSandbox) else None
+        if folder is not None and shape.layout is not None and _members(files) == shape.layout:
+            await run_blocking(_write_inputs, folder, files)
+        else:
+            await sandbox.upload(files, "/")
 
     def _refill(self, shape: _Shape) -> None:
         """Start making sandboxes for `shape` up to its size, within the bounds."""
@@ -215,7 +289,11 @@ class PooledBackend(Backend):
         return memory is None or sum(c * m for c, m in held) + spec.memory_mb <= memory
 
     async def _make(self, shape: _Shape) -> None:
-        update = {"trial_id": new_id(POOL_PREFIX), "files": None, "slot_mount": self._slot_mount}
+        update = {
+            "trial_id": new_id(POOL_PREFIX),
+            "files": shape.linked,
+            "slot_mount": self._slot_mount,
+        }
         spec = shape.spec.model_copy(update=update)
         try:
             sandbox = await self.inner.create_sandbox(spec)

@@ -175,10 +175,17 @@ async def test_on_docker_a_pooled_container_is_renamed_counted_found_and_removed
         assert len(waiting) == 1
         (leftover,) = waiting.values()
         assert leftover.trial.startswith(POOL_PREFIX + "__") and leftover.creator is not None
-        second = await run_trial(folder, "nop", config=config, backend=pool, job_id=JOB)
+        # The agent reads its input where it always is: here, links into the slot folder.
+        reader = "command:cat /logs/agent/instruction.md > /logs/artifacts/seen.txt"
+        second = await run_trial(folder, reader, config=config, backend=pool, job_id=JOB)
         await pool.wait_filled()
+        third = await run_trial(folder, reader, config=config, backend=pool, job_id=JOB)
     finally:
         await pool.aclose()
+    for result in (second, third):
+        seen = Path(result.trial_dir) / "logs" / "artifacts" / "seen.txt"
+        assert seen.read_text() == "Do the thing.\n"
+        assert result.sandbox_from_pool and result.reward == 1.0
     assert (first.reward, second.reward) == (1.0, 1.0)
     assert (first.sandbox_from_pool, second.sandbox_from_pool) == (False, True)
     # Counted per trial: the take renamed it, and no create was the trial's.
