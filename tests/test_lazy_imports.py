@@ -47,7 +47,6 @@ def test_import_orchestrator_loads_no_engine_sdk_http_stack_or_web_framework() -
     [
         "orchestrator.backends",
         "orchestrator.backends.docker.config",
-        "orchestrator.backends.fake.config",
         "orchestrator.backends.ray.config",
         "orchestrator.sandbox.backend_config",
         "orchestrator.trials.config",

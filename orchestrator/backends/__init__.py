@@ -3,7 +3,7 @@ which makes the backend a config names.
 
 The configs themselves (`BackendConfig`, the union `TrialConfig.backend` holds, and its
 members) live in `orchestrator/sandbox/backend_config.py`, a layer `trials/` may import; they
-are re-exported here and beside each backend (`<name>/config.py`). `build_backend(config,
+are re-exported here (and Docker's and Ray's in their `config.py`). `build_backend(config,
 limits)` imports only the backend it makes, when called, so importing this package loads
 none. A Ray cluster (`RayBackendConfig`) is not a sandbox backend: it is refused here, and
 `executors.base.executor_for` runs its trials on its nodes.

@@ -1,7 +1,7 @@
 """A package's public names imported on first use (PEP 562), so importing the package costs
 nothing its caller does not use: `import orchestrator` loads no engine SDK, HTTP stack or web
-framework, and a light module below a package (`backends/fake/config.py`, `report/files.py`)
-does not drag in its siblings.
+framework, and a light module below a package (`report/files.py`) does not drag in its
+siblings.
 
     __getattr__, __dir__ = lazy_exports(__name__, {"Limits": "orchestrator.common.limits"})
 

@@ -11,9 +11,9 @@ holds what it chooses between, the `Backend` interface. These are plain pydantic
 import nothing of ours, so choosing a backend loads none (tests/test_lazy_imports.py), and
 none can make what it names: `orchestrator.backends.build_backend(config, limits)` does that
 (above this layer, importing the backend it names when called), and `executors.base.
-executor_for` runs a cluster's trials. `orchestrator/backends/<name>/config.py` re-export each
-beside its backend, and job files and config.json keep their format
-(`backend = {type = "ray", ...}`).
+executor_for` runs a cluster's trials. `orchestrator/backends/docker/config.py` and
+`ray/config.py` re-export theirs where they have always been, and job files and config.json
+keep their format (`backend = {type = "ray", ...}`).
 
 A new backend is one member here and one case in `build_backend`.
 """

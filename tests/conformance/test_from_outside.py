@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.common.errors import SandboxConflictError
 from orchestrator.tasks.task import load_task
+from relay.commands import UserIds
 from tests.conformance.conftest import BackendUnderTest, wait_until
 from tests.conftest import BASE_IMAGE_MAP, DEFAULT_DOCKERFILE, write_task
 
@@ -65,12 +66,12 @@ async def test_the_image_user_is_the_exec_default(
     image = await backend.backend.ensure_image(load_task(task), BASE_IMAGE_MAP)
     async with backend.sandbox(image=image.tag) as sandbox:
         defaults = await sandbox.image_defaults()
-        default = await sandbox.exec("id -un; id -u")
-        as_root = await sandbox.exec("id -un", user="root")
+        default = await sandbox.exec(UserIds())
+        as_root = await sandbox.exec(UserIds(), user="root")
 
     assert defaults.user == "nobody"
-    assert default.output == "nobody\n65534\n"
-    assert as_root.output == "root\n"
+    assert UserIds.read(default) == (65534, 65534)
+    assert UserIds.read(as_root) == (0, 0)
 
 
 async def test_an_image_without_user_reports_none(backend: BackendUnderTest) -> None:

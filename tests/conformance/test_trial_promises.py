@@ -93,16 +93,16 @@ async def test_the_label_reaches_the_verifier_but_never_the_agent(trials: Trials
     task = await trials.task(
         "label",
         test_sh="#!/bin/sh\ncat /tests/label.json > /logs/verifier/label-seen.txt\n"
-        "cat /app/agent-rc > /logs/verifier/agent-rc.txt\n"
         "echo 1 > /logs/verifier/reward.txt\n",
     )
-    agent = "command:cat /tests/label.json; echo rc=$? > /app/agent-rc"
+    agent = "command:cat /tests/label.json"
 
     result = await trials.run(task, agent, metadata={"label": LABEL})
 
     assert (result.status, result.reward) == ("success", 1.0), result.error
     assert json.loads(collected(result, "verifier/label-seen.txt")) == LABEL
-    assert collected(result, "verifier/agent-rc.txt") == "rc=1\n"  # its cat failed
+    said = collected(result, "agent/stderr.txt")
+    assert "label.json: No such file or directory" in said  # the agent's cat found nothing
     agent_logs = [p for p in (Path(result.trial_dir) / "logs" / "agent").rglob("*") if p.is_file()]
     assert agent_logs
     for path in agent_logs:

@@ -70,11 +70,12 @@ async def test_the_final_stage_s_workdir_and_user_are_the_defaults(tmp_path: Pat
     )
     sandbox = await made(FakeBackend(), tmp_path, dockerfile=dockerfile)
     try:
-        result = await sandbox.exec("pwd; id -un")
+        ids = await sandbox.exec(UserIds())
     finally:
         await sandbox.destroy()
 
-    assert result.output == "/srv/app\nnobody\n"
+    assert sandbox.workdir == "/srv/app"
+    assert UserIds.read(ids) == (65534, 65534)  # nobody
 
 
 async def test_an_unknown_image_and_a_taken_name_are_refused(tmp_path: Path) -> None:
@@ -90,37 +91,54 @@ async def test_an_unknown_image_and_a_taken_name_are_refused(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    "command", ["echo a | cat", "sleep 1 &", "echo $(id -u)", "if true; then echo y; fi"]
+    "command",
+    [
+        "echo a | cat",
+        "sleep 1 &",
+        "echo $(id -u)",
+        "if true; then echo y; fi",
+        "cat /nowhere || echo no",
+        "echo a >> /tmp/f",
+        "echo $?",
+        "mkdir /tmp/d",
+        "echo -n a",
+        "echo 'open",
+    ],
 )
 async def test_more_sh_than_the_few_words_is_refused_loudly(tmp_path: Path, command: str) -> None:
     sandbox = await made(FakeBackend(), tmp_path)
     try:
-        result = await sandbox.exec(command)
+        result = await sandbox.exec(f"echo before\n{command}\necho never")
     finally:
         await sandbox.destroy()
 
     assert result.exit_code == 2
-    assert "not in the fake's few words of sh" in result.output
+    assert result.output.startswith("before\nsh: not in the fake's few words of sh: ")
+    assert "never" not in result.output  # the script ended there
 
 
 async def test_the_few_words_quote_expand_chain_redirect_and_run_scripts(tmp_path: Path) -> None:
-    script = b"#!/bin/sh\necho in $GREETING\nexit 5\necho never\n"
+    script = b"#!/bin/sh\n# a comment\necho in $GREETING  # and another\nexit 5\necho never\n"
     sandbox = await made(FakeBackend(), tmp_path)
     try:
         await sandbox.upload_file("/tmp/s.sh", script, mode=0o755)
         quoted = await sandbox.exec(
-            """echo "a'b $X" '$X c"d' ${X}; false || echo rc=$? && echo "rc=$?" >&2""",
+            """echo "a'b $X" '$X c"d' ${X} a#b $UNSET; cat /nowhere && echo no; echo x >&2""",
             env={"X": "x y"},
         )
-        written = await sandbox.exec("echo one > /tmp/f; echo two >> /tmp/f; cat /tmp/f")
-        child = await sandbox.exec("sh /tmp/s.sh; echo after $?", env={"GREETING": "hi"})
+        written = await sandbox.exec(
+            "echo 1 > f; cat /tmp/f; echo 2 > /tmp/f; cat f", workdir="/tmp"
+        )
+        child = await sandbox.exec("sh /tmp/s.sh; echo after", env={"GREETING": "hi"})
         unknown = await sandbox.exec("python3 -c 'print(1)'")
     finally:
         await sandbox.destroy()
 
-    assert quoted.output == "a'b x y $X c\"d x y\nrc=1\nrc=0\n"
-    assert written.output == "one\ntwo\n"
-    assert child.output == "in hi\nafter 5\n"  # exit ended only the script
+    assert quoted.output == (
+        "a'b x y $X c\"d x y a#b\ncat: /nowhere: No such file or directory\nx\n"
+    )
+    assert written.output == "1\n2\n"  # relative to the folder; `>` truncates
+    assert (child.exit_code, child.output) == (0, "in hi\nafter\n")  # exit ended the script
     assert unknown.exit_code == 127
     assert "python3: not found" in unknown.output
 
@@ -164,7 +182,7 @@ async def test_a_handler_s_result_is_the_exit_code_and_its_sandbox_error_the_exe
         calls.append(call.command)
         if call.env.get("MODE") == "raise":
             raise SandboxError("the engine went away")
-        call.print(f"as {call.user} in {call.workdir}\n")
+        call.print(f"as {call.user.name} in {call.workdir}\n")
         return None if call.env.get("MODE") == "none" else 5
 
     run = RunVerifier("trialbox-reward-test")

@@ -9,7 +9,9 @@ conformance suite's and the Docker tests'.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +308,25 @@ async def test_the_label_reaches_the_verifier_but_never_the_agent(tmp_path: Path
     assert "LABEL-7f3a" not in collected(result, "agent/container_input.json")
 
 
+async def test_logs_come_with_the_sandbox_create_and_without_the_label(tmp_path: Path) -> None:
+    backend = FakeBackend(QUICK, verifier=reward_1)
+    result = await run_trial(
+        make_task(tmp_path), "nop", config=fake_config(tmp_path),
+        metadata={"label": "LABEL-9c2e"}, backend=backend,
+    )  # fmt: skip
+
+    assert result.status == "success"
+    (sandbox,) = backend.created
+    placed = sandbox.spec.files  # there from the start, no copy after it
+    assert placed is not None
+    assert b"LABEL-9c2e" not in placed
+    with tarfile.open(fileobj=io.BytesIO(placed)) as archive:
+        names = set(archive.getnames())
+    assert {paths.LOGS_DIR, paths.AGENT_DIR, paths.VERIFIER_DIR, paths.CONTAINER_INPUT} <= {
+        "/" + name for name in names
+    }
+
+
 async def test_a_reward_written_by_the_agent_is_removed_before_the_verifier(
     tmp_path: Path,
 ) -> None:
@@ -355,9 +376,13 @@ async def test_credentials_reach_the_agent_and_never_a_result_or_a_collected_fil
 async def test_credentials_reach_an_agent_that_runs_as_another_user(tmp_path: Path) -> None:
     task = make_task(tmp_path, dockerfile="FROM python:3.11-slim-bookworm\nUSER nobody\n")
     config = fake_config(tmp_path, credentials={"MY_API_KEY": SECRET})
-    agent = 'command:id -un; echo "$MY_API_KEY" > /logs/artifacts/key.txt'
 
-    result = await run_trial(task, agent, config=config, backend=FakeBackend(QUICK))
+    async def agent(sandbox: FakeSandbox, call: ExecCall) -> int:
+        call.print(f"{call.user.name}\n")
+        return await call.sh('echo "$MY_API_KEY" > /logs/artifacts/key.txt')
+
+    backend = FakeBackend(QUICK, agent=agent)
+    result = await run_trial(task, "nop", config=config, backend=backend)
 
     assert (result.agent.exit_code, result.status) == (0, "success")
     assert collected(result, "agent/stdout.txt") == "nobody\n"

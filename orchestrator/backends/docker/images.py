@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,6 +57,7 @@ from orchestrator.common.errors import (
     TaskError,
 )
 from orchestrator.common.offload import run_blocking
+from orchestrator.common.single_flight import SingleFlight
 from orchestrator.sandbox import ImageOutcome
 from orchestrator.sandbox.backend import RuntimeState
 from orchestrator.sandbox.image_facts import ImagePython
@@ -87,20 +87,8 @@ class ImageBuilder:
         self._pythons: dict[str, ImagePython | None] = {}  # by image id, known answers only
         self._users: dict[str, str] = {}
         self._prebuilt = PrebuiltImages(self)
-        self._inflight: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str, asyncio.Future[Any]]
-        ] = weakref.WeakKeyDictionary()
+        self.single_flight = SingleFlight()  # callers that come while a key's work runs share it
         self._running: dict[str, asyncio.Future[Any]] = {}
-
-    def single_flight(self, key: str, make: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
-        """One future per key and loop: callers that come while it runs share it."""
-        inflight = self._inflight.setdefault(asyncio.get_running_loop(), {})
-        future: asyncio.Future[T] | None = inflight.get(key)
-        if future is None:
-            future = asyncio.ensure_future(make())
-            inflight[key] = future
-            future.add_done_callback(lambda _: inflight.pop(key, None))
-        return future
 
     # -- the tools image (tools_image.py), built once ----------------------------------------
 
@@ -336,8 +324,7 @@ class ImageBuilder:
     async def ensure_planned(self, plan: BuildPlan, task_name: str) -> ImageOutcome:
         """The plan's image, built at most once however many callers ask at the same time."""
         started = time.monotonic()
-        inflight = self._inflight.get(asyncio.get_running_loop(), {})
-        joined = plan.tag in inflight
+        joined = self.single_flight.running(plan.tag)
         build = self.single_flight(plan.tag, lambda: self._build(plan, task_name))
         outcome = await asyncio.shield(build)
         if not joined:

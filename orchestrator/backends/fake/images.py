@@ -2,9 +2,9 @@
 
 Nothing is built. The tag hashes what the Docker backend's tag hashes as far as the fake can
 tell (every file of `environment/`, or a prebuilt `docker_image`; the base-image map), so
-tasks that would share an image share a tag here too. From the Dockerfile's final stage the fake
-keeps `WORKDIR` (an exec's default folder) and `USER` (its default user); everything else a
-Dockerfile does (installing packages, copying files in) is not modelled.
+tasks that would share an image share a tag here too. From the Dockerfile's final stage the
+fake keeps `WORKDIR` (an exec's default folder) and `USER` (its default user); everything else
+a Dockerfile does (installing packages, copying files in) is not modelled.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from orchestrator.common.errors import TaskError
-from orchestrator.common.offload import run_blocking
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import read_tree
 
-REPO = "trialbox-fake"
-_INSTRUCTION = re.compile(r"^\s*(?P<word>FROM|WORKDIR|USER)\s+(?P<arg>\S+)", re.IGNORECASE)
+_INSTRUCTION = re.compile(r"^\s*(FROM|WORKDIR|USER)\s+(\S+)", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -34,8 +32,11 @@ class FakeImage:
     user: str = ""  # "" is root, as in an image without USER
 
 
-def _read(task: Task, base_image_map: Mapping[str, str], force_build: bool) -> FakeImage:
-    env = task.config.environment
+def plan_image(task: Task, base_image_map: Mapping[str, str], force_build: bool) -> FakeImage:
+    """The task's fake image (blocking: it reads the folder). A prebuilt `docker_image` is
+    always "there"; `force_build` uses environment/Dockerfile instead (a `TaskError` without
+    one), under another tag, as the Docker backend does."""
+    prebuilt = task.config.environment.docker_image
     context = read_tree(task.environment_dir) if task.environment_dir.is_dir() else {}
     if force_build and "Dockerfile" not in context:
         raise TaskError(
@@ -43,37 +44,19 @@ def _read(task: Task, base_image_map: Mapping[str, str], force_build: bool) -> F
             "environment/Dockerfile instead of the prebuilt docker_image: add one, or run "
             "without it"
         )
-    prebuilt = env.docker_image is not None and not force_build
-    digest = hashlib.sha256()
-    if prebuilt:  # the image as named; environment/ is not its build context
-        named = ["docker_image", env.docker_image, sorted(base_image_map.items())]
-        digest.update(json.dumps(named).encode())
-        return FakeImage(f"{REPO}:{digest.hexdigest()[:20]}")
-    digest.update(json.dumps(["Dockerfile", sorted(base_image_map.items())]).encode())
-    for name in sorted(context):
-        data, mode = context[name]
-        digest.update(f"\0{name}\0{mode:o}\0{len(data)}\0".encode())
-        digest.update(data)
+    if prebuilt is not None and not force_build:  # environment/ is not its build context
+        named = json.dumps(["docker_image", prebuilt, sorted(base_image_map.items())])
+        return FakeImage(f"trialbox-fake:{hashlib.sha256(named.encode()).hexdigest()[:20]}")
+    digest = hashlib.sha256(json.dumps(["Dockerfile", sorted(base_image_map.items())]).encode())
+    for name, (data, mode) in sorted(context.items()):
+        digest.update(f"\0{name}\0{mode:o}\0{len(data)}\0".encode() + data)
     workdir, user = "/", ""
     dockerfile = context.get("Dockerfile", (b"", 0))[0].decode(errors="replace")
-    for line in dockerfile.splitlines():
-        found = _INSTRUCTION.match(line)
-        if found is None:
-            continue
-        word, arg = found["word"].upper(), found["arg"]
-        if word == "FROM":
+    for word, arg in _INSTRUCTION.findall(dockerfile):
+        if word.upper() == "FROM":
             workdir, user = "/", ""  # a new stage starts from its own base
-        elif word == "WORKDIR":
+        elif word.upper() == "WORKDIR":
             workdir = posixpath.normpath(posixpath.join(workdir, arg))
         else:
             user = arg
-    return FakeImage(f"{REPO}:{digest.hexdigest()[:20]}", workdir, user)
-
-
-async def plan_image(
-    task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
-) -> FakeImage:
-    """The task's fake image; reading the folder happens off the loop. A prebuilt
-    `docker_image` is always "there"; `force_build` uses environment/Dockerfile instead (a
-    `TaskError` without one), under another tag, as the Docker backend does."""
-    return await run_blocking(_read, task, base_image_map, force_build)
+    return FakeImage(f"trialbox-fake:{digest.hexdigest()[:20]}", workdir, user)

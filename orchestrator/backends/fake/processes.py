@@ -4,18 +4,18 @@ An exec's work is an asyncio task: the in-sandbox timeout is an `asyncio.timeout
 (exit 124, `timed_out` set only when it fired), and a signal cancels the task and is
 remembered, so the exec reports 128+N as a shell would. A process outlives a caller that
 stops waiting for it (as a process outlives a dropped `docker exec` client) and ends with the
-sandbox. A process is its own group: the fake has no background children.
+sandbox. A process is its own group: the fake has no background children, and nothing in it
+ignores a signal.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SIGNALS = {"HUP": 1, "INT": 2, "KILL": 9, "TERM": 15}
 TIMEOUT_EXIT = 124  # what `timeout` exits with when the limit fired
-KILLED_EXIT = 128 + SIGNALS["KILL"]  # what `timeout -k` exits with when TERM was ignored
 
 
 @dataclass
@@ -24,33 +24,34 @@ class Process:
 
     pid: int
     leader: bool
-    task: asyncio.Task[int] | None = None
-    signal: int | None = None
+    task: asyncio.Task[int] = field(init=False)
+    signal: int | None = None  # the signal that ended it
     timed_out: bool = False
-    ignores_term: bool = False  # `trap '' TERM`: only KILL ends it
-    limit: asyncio.Timeout | None = None  # the in-sandbox timeout, while it runs
 
     @property
-    def alive(self) -> bool:
-        return self.task is not None and not self.task.done()
+    def exit_code(self) -> int:
+        """The work's exit code, or 128+N when signal N ended it."""
+        if self.task.cancelled():
+            assert self.signal is not None, "only a signal cancels a process"
+            return 128 + self.signal
+        return self.task.result()
 
 
 class ProcessTable:
     """The live processes of one sandbox, by pid."""
 
-    def __init__(self, *, kill_after: float = 5.0, first_pid: int = 100) -> None:
-        self._next_pid = first_pid
+    def __init__(self) -> None:
+        self._next_pid = 100
         self._live: dict[int, Process] = {}
-        self.kill_after = kill_after  # `timeout -k`: KILL this long after an ignored TERM
 
     def start(
         self,
-        work: Callable[[Process], Awaitable[int]],
+        work: Callable[[int], Awaitable[int]],
         *,
         leader: bool = False,
         timeout: float | None = None,
     ) -> Process:
-        """Start `work` as a new process, bounded by `timeout` seconds from inside."""
+        """Start `work` (given its pid) as a new process, bounded by `timeout` seconds."""
         proc = Process(self._next_pid, leader)
         self._next_pid += 1
         proc.task = asyncio.ensure_future(self._bounded(proc, work, timeout))
@@ -60,61 +61,35 @@ class ProcessTable:
 
     @staticmethod
     async def _bounded(
-        proc: Process, work: Callable[[Process], Awaitable[int]], limit: float | None
+        proc: Process, work: Callable[[int], Awaitable[int]], limit: float | None
     ) -> int:
-        if limit is None:
-            return await work(proc)
-        scope = proc.limit = asyncio.timeout(limit)
+        scope = asyncio.timeout(limit)
         try:
             async with scope:
-                return await work(proc)
+                return await work(proc.pid)
         except TimeoutError:
             if not scope.expired():
                 raise  # the work's own TimeoutError, not the limit's
             proc.timed_out = True
-            return KILLED_EXIT if proc.ignores_term else TIMEOUT_EXIT
-        finally:
-            proc.limit = None
+            return TIMEOUT_EXIT
 
-    def ignore(self, pid: int, name: str) -> None:
-        """`trap '' TERM` in process `pid`: its timeout's KILL ends it `kill_after` seconds
-        past its limit (137), as `timeout -k` does."""
-        proc = self._live.get(pid)
-        if proc is None or name not in ("TERM", "15") or proc.ignores_term:
-            return
-        proc.ignores_term = True
-        deadline = proc.limit.when() if proc.limit is not None else None
-        if proc.limit is not None and deadline is not None:
-            proc.limit.reschedule(deadline + self.kill_after)
+    def live(self) -> list[Process]:
+        return [proc for proc in self._live.values() if not proc.task.done()]
 
     def pids(self) -> list[int]:
-        """The live processes' pids."""
-        return [p.pid for p in self._live.values() if p.alive]
-
-    def leaders(self) -> list[Process]:
-        return [p for p in self._live.values() if p.leader and p.alive]
-
-    def alive(self, pid: int) -> bool:
-        proc = self._live.get(pid)
-        return proc is not None and proc.alive
+        return [proc.pid for proc in self.live()]
 
     def signal(self, pid: int, name: str) -> bool:
         """Send signal `name` to `pid`; False when there is no such live process or signal."""
         proc = self._live.get(pid)
-        number = SIGNALS.get(name)
-        if proc is None or not proc.alive or number is None:
+        if proc is None or proc.task.done() or name not in SIGNALS:
             return False
-        if number == SIGNALS["TERM"] and proc.ignores_term:
-            return True
-        proc.signal = number
-        assert proc.task is not None
+        proc.signal = SIGNALS[name]
         proc.task.cancel()
         return True
 
     def end_all(self) -> None:
         """The sandbox is gone: every process is killed, and an exec still waiting reports
         137, as Docker's does when its container is removed under it."""
-        for proc in list(self._live.values()):
-            if proc.task is not None:
-                proc.signal = SIGNALS["KILL"]
-                proc.task.cancel()
+        for proc in self.live():
+            self.signal(proc.pid, "KILL")

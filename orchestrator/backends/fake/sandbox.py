@@ -1,13 +1,9 @@
-"""One fake sandbox: an in-memory filesystem, a process table, and trialbox's own commands
-answered by kind.
-
-It implements the `Sandbox` protocol with the Docker sandbox's observable behaviour: exit
-codes, `timeout -k`-style limits (124, `timed_out` only when the limit fired), merged and
-capped output, archive uploads that keep modes and owners, capped downloads, and an
-idempotent destroy that finishes before a cancel goes on. The framework's commands
-(`relay.commands`, `sandbox.commands`) are answered from what they mean, with the output
-their own `answer` helpers give; the task's own text (a string) runs through the few words of
-sh in `script.py`, or a test's handler. An exec or file call on a removed sandbox raises
+"""One fake sandbox: an in-memory filesystem (`files.py`), a process table (`processes.py`),
+and the `Sandbox` protocol with the Docker sandbox's observable behaviour, where the package's
+docstring does not say otherwise. The framework's commands (`relay.commands`,
+`sandbox.commands`) are answered from what they mean, with the output their own `answer`
+helpers give; the task's own text (a string) runs through the few words of sh in `script.py`,
+or the backend's handler. An exec or file call on a removed sandbox raises
 `SandboxNotFoundError`; an exec still running when the sandbox is removed exits 137.
 """
 
@@ -16,30 +12,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-import tarfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from container_runtime import paths
-from orchestrator.backends.fake.files import FakeFiles, extract_tar, tar_of, write_capped
+from orchestrator.backends.fake.files import FakeFiles, extract_tar, tar_of
 from orchestrator.backends.fake.images import FakeImage
-from orchestrator.backends.fake.processes import Process, ProcessTable
-from orchestrator.backends.fake.script import Context, ExecCall, Handler, run_script
-from orchestrator.backends.fake.users import DEFAULT_USERS, Identity, resolve
+from orchestrator.backends.fake.processes import ProcessTable
+from orchestrator.backends.fake.script import ExecCall, Handler, run_script
+from orchestrator.common.archive import extract_stream, tar_of_files
 from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
-from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import RunOnce
-from orchestrator.sandbox import (
-    Capabilities,
-    ExecResult,
-    Health,
-    Healthcheck,
-    ImageDefaults,
-    SandboxSpec,
-)
+from orchestrator.sandbox import ExecResult, Health, Healthcheck, ImageDefaults, SandboxSpec
 from orchestrator.sandbox.commands import (
     REWARD_FILES,
     VERIFIER_STDOUT,
@@ -51,59 +40,65 @@ from orchestrator.sandbox.commands import (
     StartForwarder,
 )
 from relay.commands import GroupAlive, Launch, ProbeLeader, RemoveFile, Signal, UserIds
-from relay.launcher import SCOPE_UNAVAILABLE_EXIT
 
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+if TYPE_CHECKING:
+    from orchestrator.backends.fake.backend import FakeBackend
+
 # What the engine answers for an exec when the sandbox's pids are all taken.
 NO_PID_LEFT = "OCI runtime exec failed: fork/exec: resource temporarily unavailable\r\n"
 # The framework's folders as the verifier's preparation puts them back: path, mode.
 FRAMEWORK_DIRS = ((paths.LOGS_DIR, 0o755), (paths.AGENT_DIR, 0o777), (paths.ARTIFACTS_DIR, 0o777))
 
 
-class FakeSandbox:
-    """A sandbox in memory. Made by `FakeBackend.create_sandbox`; `destroy()` is idempotent."""
+class User(NamedTuple):
+    """Who a process runs as."""
 
-    def __init__(
-        self,
-        spec: SandboxSpec,
-        image: FakeImage,
-        *,
-        capabilities: Capabilities,
-        limits: Limits | None = None,
-        agent: Handler | None = None,
-        verifier: Handler | None = None,
-        health: Health | None = None,
-        users: tuple[Identity, ...] = DEFAULT_USERS,
-        on_removed: Callable[[FakeSandbox], None] | None = None,
-    ) -> None:
-        self.spec, self.image, self.users = spec, image, users
-        self.limits = limits or Limits()
-        self.agent, self.verifier = agent, verifier
+    name: str
+    uid: int
+    gid: int
+
+
+# The image's passwd: what a Debian image has that trialbox's tests use (nobody: "not root").
+USERS = {"root": User("root", 0, 0), "nobody": User("nobody", 65534, 65534)}
+
+
+def resolve_user(user: str, default: str) -> User:
+    """Who `user` names, as `docker exec -u` resolves it: a name from the passwd or a numeric
+    `uid[:gid]`; "" is the image's USER. Else a LookupError in the engine's words."""
+    wanted = user or default or "root"
+    uid, _, gid = wanted.partition(":")
+    if wanted in USERS:
+        return USERS[wanted]
+    if not uid.isdigit() or not (gid or "0").isdigit():
+        raise LookupError(f"unable to find user {wanted}: no matching entries in passwd file")
+    return User(uid, int(uid), int(gid or uid))
+
+
+class FakeSandbox:
+    """A sandbox in memory, made by `FakeBackend.create_sandbox`, whose scripting hooks
+    (`agent`, `verifier`) and limits it follows; `destroy()` is idempotent."""
+
+    def __init__(self, spec: SandboxSpec, image: FakeImage, backend: FakeBackend) -> None:
+        self.spec, self.image, self.backend = spec, image, backend
+        self.capabilities = backend.offered
         self.files = FakeFiles()
         self.workdir = spec.workdir or image.workdir  # created, as the engine's -w does
-        self.files.mkdir(self.workdir, parents=True)
+        self.files.makedirs(self.workdir)
         if spec.files is not None:  # placed before the start, as the Docker backend does
             extract_tar(self.files, spec.files, "/")
         self.healthcheck: Healthcheck | None = None  # the image's HEALTHCHECK, set by tests
         # What the engine says of the sandbox; a handler may change it mid-trial, as the
         # kernel or someone outside would (an OOM kill, every pid taken).
-        self.engine_health: Health | None = health
-        self.has_runtime = True  # whether trialbox's Python runtime works in it
-        self.processes = ProcessTable(kill_after=self.limits.exec_kill_after_sec)
+        self.engine_health: Health | None = backend.health
+        self.processes = ProcessTable()
         self.execs: list[SandboxCommand] = []  # every command asked for, in order
         self.adopted = False  # taken from a warm pool
-        self._capabilities = capabilities
-        self._on_removed = on_removed
         self._present = True
-        self._destroy = RunOnce(self._remove, self.limits.destroy_settle_sec)
+        self._destroy = RunOnce(self._remove, backend.limits.destroy_settle_sec)
 
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._capabilities
 
     @property
     def present(self) -> bool:
@@ -135,174 +130,140 @@ class FakeSandbox:
         if self.engine_health is not None and self.engine_health.pids_exhausted:
             return ExecResult(exit_code=126, output=NO_PID_LEFT)  # nothing can start in it
         try:
-            who = resolve(user, self.users, self.image.user)
+            who = resolve_user(user, self.image.user)
         except LookupError as exc:  # the engine's own words and exit code
             return ExecResult(exit_code=126, output=f"{exc.args[0]}\r\n")
         output = bytearray()
-        context = Context(
-            self.files,
-            env={"PATH": PATH, "HOME": who.home, "HOSTNAME": self.name[:63], **self.spec.env}
-            | dict(env or {}),
-            cwd=self.files.norm(workdir or self.workdir),
-            user=(who.name, who.uid, who.gid),
-            out=output.extend,
-            err=output.extend,
-        )
+        call = ExecCall(
+            self.files, env=self.spec.env | dict(env or {}), user=who,
+            workdir=self.files.norm(workdir or self.workdir), out=output.extend, err=output.extend,
+        )  # fmt: skip
         started = time.monotonic()
         proc = self.processes.start(
-            lambda p: self._answer(command, context, p),
+            partial(self._answer, command, call),
             leader=isinstance(command, Launch),
             timeout=timeout_sec,
         )
-        assert proc.task is not None
         await asyncio.wait({proc.task})  # a cancelled caller leaves the process running
-        cap = output_cap or self.limits.exec_output_cap_bytes
+        cap = output_cap or self.backend.limits.exec_output_cap_bytes
         return ExecResult(
-            exit_code=self._exit_code(proc, what),
+            exit_code=proc.exit_code,
             output=bytes(output[:cap]).decode("utf-8", errors="replace"),
             truncated=len(output) > cap,
             timed_out=proc.timed_out,
             duration_sec=time.monotonic() - started,
         )
 
-    @staticmethod
-    def _exit_code(proc: Process, what: str) -> int:
-        assert proc.task is not None
-        if proc.task.cancelled():
-            if proc.signal is not None:
-                return 128 + proc.signal
-            raise SandboxError(f"{what}: the process ended without an exit code")
-        return proc.task.result()
-
-    async def _answer(self, command: SandboxCommand, ctx: Context, proc: Process) -> int:
+    async def _answer(self, command: SandboxCommand, call: ExecCall, pid: int) -> int:
         """What `command` does, by its kind."""
-        ctx.on_trap = lambda name: self.processes.ignore(proc.pid, name)
-        say = ctx.out
         match command:
             case str():
-                return await run_script(command, ctx)
+                return await run_script(command, call)
             case Launch():
-                return await self._launch(command, ctx, proc)
+                return await self._launch(command, call, pid)
             case RunVerifier():
-                return await self._run_verifier(command, ctx)
+                return await self._run_verifier(command, call)
             case PrepareVerifier():
-                say(self._prepare(command, proc).encode())
+                call.print(self._prepare(command, pid))
             case ProbeLeader():
-                return self._probe(command, ctx)
+                return self._probe(command, call)
             case Signal():
                 if not self.processes.signal(command.pid, command.signal):
-                    ctx.err(b"sh: 1: kill: No such process\n")
+                    call.err(b"sh: 1: kill: No such process\n")
                     return 1
             case GroupAlive():
-                say(GroupAlive.answer(self.processes.alive(command.pid)).encode())
+                call.print(GroupAlive.answer(command.pid in self.processes.pids()))
             case UserIds():
-                say(UserIds.answer(*ctx.user[1:]).encode())
+                call.print(UserIds.answer(call.user.uid, call.user.gid))
             case RemoveFile():
-                with contextlib.suppress(OSError):
-                    self.files.remove(command.path)
+                self.files.remove(command.path)
             case PathExists():
                 return 0 if self.files.get(command.path) is not None else 1
             case CheckRuntime():
-                return 0 if self.has_runtime else 127
+                return 127 if self.backend.runtime == "absent" else 0
             case StartForwarder():
-                ctx.err(b"the fake backend runs no model gateway forwarder\n")
+                call.err(b"the fake backend runs no model gateway forwarder\n")
                 return 127
             case _:
                 raise SandboxError(f"the fake backend does not know {command!r}")
         return 0
 
-    async def _handle(self, handler: Handler, text: str, ctx: Context) -> int:
-        status = await handler(self, ExecCall(text, ctx))
+    async def _run(self, handler: Handler | None, call: ExecCall, text: str) -> int:
+        """The backend's handler for `call`, else `text` through the few words of sh."""
+        if handler is None:
+            return await run_script(text, call)
+        status = await handler(self, call)
         return 0 if status is None else status
 
-    async def _launch(self, launch: Launch, ctx: Context, proc: Process) -> int:
+    async def _launch(self, launch: Launch, call: ExecCall, pid: int) -> int:
         """The relay's launcher: record the pid, source the credentials, redirect, run."""
         where = launch.paths
-        try:
-            self.files.mkdir(where.state_dir, parents=True)
-            self.files.write(where.pid_file, b"%d\n" % proc.pid)
-            if launch.has_env:
-                pairs = shlex.split(self.files.read(where.env_file).decode())
-                ctx.env.update(item.partition("=")[::2] for item in pairs)
-        except OSError:
-            ctx.err(f"{where.scope_marker}\n".encode())
-            return SCOPE_UNAVAILABLE_EXIT
-        finally:
-            with contextlib.suppress(OSError):
-                self.files.remove(where.env_file)
+        self.files.makedirs(where.state_dir)
+        self.files.write(where.pid_file, b"%d\n" % pid)
+        env = dict(call.env)
+        if launch.has_env:
+            pairs = shlex.split(self.files.read(where.env_file).decode())
+            self.files.remove(where.env_file)
+            env.update(item.partition("=")[::2] for item in pairs)
         for path in (where.stdout, where.stderr):
             self.files.write(path, b"")
         child = replace(
-            ctx,
-            env=dict(ctx.env),
-            out=lambda data: self.files.write(where.stdout, data, append=True),
-            err=lambda data: self.files.write(where.stderr, data, append=True),
-        )
-        if self.agent is not None:
-            return await self._handle(self.agent, launch.subject, child)
-        return await run_script(launch.subject, child)
+            call, command=launch.subject, env=env,
+            out=partial(self.files.write, where.stdout, append=True),
+            err=partial(self.files.write, where.stderr, append=True),
+        )  # fmt: skip
+        return await self._run(self.backend.agent, child, launch.subject)
 
-    def _probe(self, probe: ProbeLeader, ctx: Context) -> int:
+    def _probe(self, probe: ProbeLeader, call: ExecCall) -> int:
         """The leader's pid, as the relay's checked probe prints it: the pid file's, if that
         is a live leader, else the one live leader; none or two is no answer."""
-        leaders = [p.pid for p in self.processes.leaders()]
+        leaders = [proc.pid for proc in self.processes.live() if proc.leader]
         with contextlib.suppress(OSError, ValueError):
             guess = int(self.files.read(probe.paths.pid_file))
             if guess in leaders:
                 leaders = [guess]
         if len(leaders) != 1:
             return 3 if leaders else 1
-        ctx.out(ProbeLeader.answer(leaders[0]).encode())
+        call.print(ProbeLeader.answer(leaders[0]))
         return 0
 
-    def _prepare(self, prepare: PrepareVerifier, proc: Process) -> str:
-        """Every other process killed (when asked), the framework's folders put back as
-        root's, then /logs/verifier and /tests emptied; what it found, as the exec says it."""
+    def _prepare(self, prepare: PrepareVerifier, pid: int) -> str:
+        """Every other process killed (when asked), the framework's folders given back their
+        modes, then /logs/verifier and /tests emptied; as the exec says it (with nothing found
+        to report: the fake has no owners or symlinks to find wrong)."""
         stopped = None
         if prepare.stop_leftovers:
-            others = [pid for pid in self.processes.pids() if pid != proc.pid]
-            for pid in others:
-                self.processes.signal(pid, "KILL")
+            others = [other for other in self.processes.pids() if other != pid]
+            for other in others:
+                self.processes.signal(other, "KILL")
             stopped = len(others)
-        found = []
         for path, mode in FRAMEWORK_DIRS:
-            node = self.files.get(path)
-            if node is not None and (not node.is_dir or (node.mode, node.owner) != (mode, (0, 0))):
-                found.append(f"{path} was mode {node.mode:o} owned by {node.owner}")
-                self.files.remove(path, recursive=True)
             self.files.put_dir(path, mode=mode)
         for path in (paths.VERIFIER_DIR, paths.TESTS_DIR):
-            if self.files.get(path) is not None:
-                self.files.remove(path, recursive=True)
+            self.files.remove(path)
         self.files.put_dir(paths.VERIFIER_DIR, mode=0o755)
-        return PrepareVerifier.answer(found, stopped)
+        return PrepareVerifier.answer([], stopped)
 
-    async def _run_verifier(self, run: RunVerifier, ctx: Context) -> int:
-        """tests/test.sh (a test's handler, else its text) with its output to
+    async def _run_verifier(self, run: RunVerifier, call: ExecCall) -> int:
+        """tests/test.sh (the backend's handler, else its text) with its output to
         test-stdout.txt, then the reward files as the run's snapshot prints them."""
-        self.files.write(VERIFIER_STDOUT, b"")
         script = f"{paths.TESTS_DIR}/test.sh"
-
-        def sink(data: bytes) -> None:
-            self.files.write(VERIFIER_STDOUT, data, append=True)
-
-        child = replace(ctx, out=sink, err=sink)
-        if self.verifier is not None:
-            status = await self._handle(self.verifier, script, child)
-        else:
-            status = await run_script(f"sh {script}", child)
+        self.files.write(VERIFIER_STDOUT, b"")
+        sink = partial(self.files.write, VERIFIER_STDOUT, append=True)
+        child = replace(call, command=script, out=sink, err=sink)
+        status = await self._run(self.backend.verifier, child, f"sh {script}")
         snapshot: dict[str, bytes | None] = {}
         for name in REWARD_FILES:
             node = self.files.get(f"{paths.VERIFIER_DIR}/{name}")
             if node is not None:
                 snapshot[name] = None if node.is_dir else bytes(node.data)
-        ctx.out(run.answer(snapshot).encode())
+        call.print(run.answer(snapshot))
         return status
 
     # -- files --------------------------------------------------------------------------------
 
     async def upload(self, tar_bytes: bytes, path: str = "/") -> None:
-        """Extract a tar archive at `path` (an existing folder), modes and owners kept."""
+        """Extract a tar archive at `path` (an existing folder), modes kept."""
         what = f"upload to {path} in {self.name}"
         self._check_present(what)
         await asyncio.sleep(0)  # a real copy takes a moment: a cancel can land here
@@ -310,16 +271,12 @@ class FakeSandbox:
             extract_tar(self.files, tar_bytes, path)
         except FileNotFoundError as exc:
             raise SandboxNotFoundError(f"{what}: not found ({exc.strerror})") from exc
-        except tarfile.TarError as exc:
-            raise SandboxError(f"{what}: not a tar archive ({exc})") from exc
 
     async def upload_file(
         self, path: str, data: bytes, *, mode: int = 0o600, owner: tuple[int, int] = (0, 0)
     ) -> None:
-        """Write one file (absolute `path`) with this mode and numeric owner."""
-        self._check_present(f"upload {path} to {self.name}")
-        await asyncio.sleep(0)
-        self.files.put(path, data, mode=mode, owner=owner)
+        """Write one file (absolute `path`) with this mode (owners are not modelled)."""
+        await self.upload(tar_of_files({path.lstrip("/"): data}, mode=mode, owner=owner), "/")
 
     async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
         """Copy `path` into the host folder `dest`, each file capped; returns the files cut."""
@@ -329,7 +286,7 @@ class FakeSandbox:
             archive = tar_of(self.files, path)  # taken on the loop: the tree may be changing
         except FileNotFoundError as exc:
             raise SandboxNotFoundError(f"{what}: not found ({exc.strerror})") from exc
-        return await run_blocking(write_capped, archive, dest, file_cap=file_cap)
+        return await run_blocking(extract_stream, [archive], dest, file_cap=file_cap)
 
     # -- from outside ---------------------------------------------------------------------------
 
@@ -341,16 +298,16 @@ class FakeSandbox:
         removed (by someone: Docker's events cannot tell who). As Docker's, the pid count
         (its live processes and PID 1) is read only when asked for, of a running sandbox."""
         scripted = self.engine_health
-        if scripted is None and not self._present:
+        if scripted is not None:
+            if pids and scripted.running:
+                return scripted
+            return scripted.model_copy(update={"pids_current": None, "pids_limit": None})
+        if not self._present:
             return Health(exists=False, running=False, stopped_outside=True)
-        if scripted is None:
-            if not pids:
-                return Health()
-            count = len(self.processes.pids()) + 1
-            return Health(pids_current=count, pids_limit=self.spec.pids_limit)
-        if pids and scripted.running:
-            return scripted
-        return scripted.model_copy(update={"pids_current": None, "pids_limit": None})
+        if not pids:
+            return Health()
+        count = len(self.processes.pids()) + 1
+        return Health(pids_current=count, pids_limit=self.spec.pids_limit)
 
     async def pids_exhausted(self) -> bool:
         """The pid count as Docker's host-side reading gives it."""
@@ -387,12 +344,9 @@ class FakeSandbox:
 
     def remove_now(self) -> None:
         """Gone at once, processes and all (a forced removal, as reaping does)."""
-        if not self._present:
-            return
-        self._present = False
-        self.processes.end_all()
-        if self._on_removed is not None:
-            self._on_removed(self)
+        if self._present:
+            self._present = False
+            self.processes.end_all()
 
     async def destroy(self) -> None:
         """Remove the sandbox. Runs once, whatever cancels the caller meanwhile."""

@@ -2,15 +2,18 @@
 test.sh, solve.sh or `command:` agent ("echo 1 > /logs/verifier/reward.txt"), no more.
 
 trialbox's own commands never come here (the sandbox answers them by kind). A line is simple
-commands joined by `;`, `&&` or `||`, each with `>`, `>>` or `>&2`; `$NAME`, `${NAME}` and
-`$?` expand outside single quotes, without field splitting. The words are `echo [-n]`, `cat`,
-`true`, `false`, `:`, `exit [N]`, `sleep N`, `trap '' TERM`, `id -u|-g|-un`, `pwd`,
-`mkdir -p`, `rm -f|-rf` and `sh|bash FILE`; anything else is "not found" (127). A test that
-needs more gives the backend a handler: `agent` runs in place of the relay's subject (after
-the launch recorded the pid, sourced the credentials and sent output to /logs/agent),
-`verifier` in place of tests/test.sh (its output to /logs/verifier/test-stdout.txt). It gets
-an `ExecCall`, may write files (`sandbox.files`), run these words (`await call.sh(...)`),
-print, sleep or wait, and returns an exit code (None is 0).
+commands joined by `;` or `&&`, each with `> FILE` or `>&2`; `#` starts a comment; `$NAME`
+and `${NAME}` expand outside single quotes, each to one word. The words are `echo`, `cat`,
+`true`, `exit [N]`, `sleep N`, `mkdir -p` and `sh|bash FILE`; any other command is "not found"
+(127). What needs more sh (`||`, `>>`, a pipe, `&`, `$?`, `$(…)`, `<`, control flow, another
+form of a word) ends the script with 2, saying so, rather than being misread.
+
+A test that needs more gives the backend a handler: `agent` runs in place of the relay's
+subject (after the launch recorded the pid, sourced the credentials and sent output to
+/logs/agent), `verifier` in place of tests/test.sh (its output to
+/logs/verifier/test-stdout.txt). It gets the sandbox and an `ExecCall`, may write files
+(`sandbox.files`), run these words (`await call.sh(...)`), print, sleep or wait, and returns
+an exit code (None is 0).
 """
 
 from __future__ import annotations
@@ -20,230 +23,190 @@ import re
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from orchestrator.backends.fake.files import FakeFiles
 
 if TYPE_CHECKING:
-    from orchestrator.backends.fake.sandbox import FakeSandbox
+    from orchestrator.backends.fake.sandbox import FakeSandbox, User
 
-_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+)|(\?))")
+_VARIABLE = r"\$(?:\{(\w+)\}|(\w+))?"  # neither group: `$?`, `$(`, `${X:-y}`, ...
+# What a line's words are made of, besides plain text: an escaped character, a quoted string,
+# a comment (a word that starts with #) and a variable.
+_PIECE = re.compile(rf"""\\.|'[^']*'|"(?:[^"\\]|\\.)*"|(?<![^\s;&])\#.*|{_VARIABLE}""")
+_IN_QUOTES = re.compile(_VARIABLE)
 _SHELLS = ("sh", "bash", "/bin/sh", "/bin/bash")
 # How trialbox runs a task's script (bash where there is one): here, simply `sh`.
 _EITHER_SHELL = "$(command -v bash || echo sh)"
 _CONTROL = frozenset({"if", "then", "for", "while", "until", "case", "do", "done", "fi", "{", "}"})
+_SIGNS = frozenset("();<>|&")  # what shlex splits out of words as punctuation
 
 
 class Exit(Exception):
-    """`exit N`: ends the innermost script."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
+    """`exit N`: ends the innermost script with status N (`args[0]`)."""
 
 
-@dataclass
-class Context:
-    """One running script: its files, variables, folder, user and where its output goes."""
-
-    files: FakeFiles
-    env: dict[str, str]
-    cwd: str
-    user: tuple[str, int, int]  # name, uid, gid
-    out: Callable[[bytes], None]
-    err: Callable[[bytes], None]
-    on_trap: Callable[[str], None] = lambda _name: None
-    status: int = 0
-
-
-def _quoting(text: str) -> list[str]:
-    """The quote each character of `text` stands in: "'", '"' or ""."""
-    states, quote = [], ""
-    for char in text:
-        if char == "'" and quote != '"':
-            quote = "" if quote == "'" else "'"
-        elif char == '"' and quote != "'":
-            quote = "" if quote == '"' else '"'
-        states.append(quote)
-    return states
-
-
-def _expand(text: str, ctx: Context) -> str:
-    """Variables replaced by their values, quoted so that the split keeps each one a word."""
-    parts, quoting, i = [], _quoting(text), 0
-    while i < len(text):
-        found = _VARIABLE.match(text, i) if quoting[i] != "'" else None
-        if found is None:
-            parts.append(text[i])
-            i += 1
-            continue
-        name = found[1] or found[2]
-        value = str(ctx.status) if found[3] else ctx.env.get(name or "", "")
-        escaped = re.sub(r'(["\\$`])', r"\\\1", value)
-        parts.append(escaped if quoting[i] else shlex.quote(value))
-        i = found.end()
-    return "".join(parts)
-
-
-def _commands(line: str) -> list[tuple[str, str]]:
-    """The line's simple commands, each with what joins it to the one before."""
-    found, joiner, start, i, quoting = [], ";", 0, 0, _quoting(line)
-    while i < len(line):
-        sign = line[i : i + 2] if line[i : i + 2] in ("&&", "||") else line[i]
-        if quoting[i] or sign not in (";", "&&", "||"):
-            i += 1
-            continue
-        found.append((joiner, line[start:i]))
-        joiner, i = sign, i + len(sign)
-        start = i
-    return [*found, (joiner, line[start:])]
-
-
-def _beyond(command: str) -> bool:
-    """Whether `command` needs more sh than the few words (a pipe, `&`, `$(…)`, `<`, control
-    flow): refused loudly rather than misread."""
-    quoting = _quoting(command)
-    bare = "".join(c if not q else " " for c, q in zip(command, quoting, strict=True))
-    words = bare.split()
-    return any(sign in bare.replace(">&", "") for sign in ("|", "&", "`", "(", "<")) or (
-        words[:1] != [] and words[0] in _CONTROL
-    )
-
-
-async def run_script(text: str, ctx: Context) -> int:
-    """Run `text` line by line; its exit status is the last command's, or `exit`'s."""
-    try:
-        for line in text.replace(_EITHER_SHELL, "sh").splitlines():
-            if line.lstrip().startswith("#"):
-                continue
-            for joiner, command in _commands(line):
-                if _beyond(command):
-                    ctx.err(f"sh: not in the fake's few words of sh: {command.strip()}\n".encode())
-                    ctx.status = 2
-                elif command.strip() and (joiner == ";" or (joiner == "&&") == (ctx.status == 0)):
-                    lexer = shlex.shlex(_expand(command, ctx), posix=True, punctuation_chars=">&")
-                    lexer.whitespace_split = True
-                    ctx.status = await _simple(list(lexer), ctx)
-    except Exit as done:
-        ctx.status = done.status
-    return ctx.status
-
-
-async def _simple(words: list[str], ctx: Context) -> int:
-    """One command with its redirections."""
-    argv: list[str] = []
-    out = ctx.out
-    tokens = iter(words)
-    for word in tokens:
-        if word in (">", ">>"):
-            target = ctx.files.norm(next(tokens, ""), ctx.cwd)
-            try:
-                ctx.files.write(target, b"", append=word == ">>")
-            except OSError as exc:
-                ctx.err(f"sh: 1: cannot create {target}: {exc.strerror}\n".encode())
-                return 2
-            out = _appender(ctx.files, target)
-        elif word == ">&":
-            out = ctx.err if next(tokens, "") == "2" else ctx.out
-        else:
-            argv.append(word)
-    return await _program(argv, replace(ctx, out=out)) if argv else 0
-
-
-def _appender(files: FakeFiles, path: str) -> Callable[[bytes], None]:
-    return lambda data: files.write(path, data, append=True)
-
-
-async def _program(argv: list[str], ctx: Context) -> int:
-    name, args = argv[0], argv[1:]
-    if name in _SHELLS and args:
-        return await _child(args[0], ctx)
-    if name in ("true", ":"):
-        return 0
-    if name == "false":
-        return 1
-    if name == "exit":
-        raise Exit(int(args[0]) & 0xFF if args else ctx.status)
-    if name == "echo":
-        newline = args[:1] != ["-n"]
-        ctx.out((" ".join(args if newline else args[1:]) + ("\n" if newline else "")).encode())
-        return 0
-    if name == "sleep":
-        await asyncio.sleep(float(args[0]))
-        return 0
-    if name == "trap" and args[:1] == [""]:
-        for signal in args[1:]:
-            ctx.on_trap(signal)
-        return 0
-    if name == "pwd":
-        ctx.out(f"{ctx.cwd}\n".encode())
-        return 0
-    if name == "id":
-        said = {"-u": ctx.user[1], "-g": ctx.user[2], "-un": ctx.user[0]}.get(" ".join(args))
-        ctx.out(f"{said}\n".encode())
-        return 0 if said is not None else 1
-    return _file_program(name, args, ctx)
-
-
-def _file_program(name: str, args: list[str], ctx: Context) -> int:
-    """cat, mkdir -p and rm: their errors in the words sh prints."""
-    flags = "".join(a[1:] for a in args if a.startswith("-"))
-    paths = [ctx.files.norm(a, ctx.cwd) for a in args if not a.startswith("-")]
-    if name not in ("cat", "mkdir", "rm"):
-        ctx.err(f"sh: 1: {name}: not found\n".encode())
-        return 127
-    status = 0
-    for path in paths:
-        try:
-            if name == "cat":
-                ctx.out(ctx.files.read(path))
-            elif name == "mkdir":
-                ctx.files.mkdir(path, parents="p" in flags, owner=ctx.user[1:])
-            elif ctx.files.get(path) is not None or "f" not in flags:
-                ctx.files.remove(path, recursive="r" in flags)
-        except OSError as exc:
-            ctx.err(f"{name}: {path}: {exc.strerror}\n".encode())
-            status = 1
-    return status
-
-
-async def _child(path: str, ctx: Context) -> int:
-    """`sh FILE`: the file's text in a child script (its `exit` ends only the child)."""
-    try:
-        text = ctx.files.read(ctx.files.norm(path, ctx.cwd)).decode(errors="replace")
-    except OSError as exc:
-        ctx.err(f"sh: 0: cannot open {path}: {exc.strerror}\n".encode())
-        return 2
-    return await run_script(text, replace(ctx, env=dict(ctx.env), status=0))
+class Beyond(Exception):
+    """Text that needs more sh than the few words: the script ends, saying so."""
 
 
 @dataclass
 class ExecCall:
-    """One exec handed to a handler: the text it stands in for, and its process's context."""
+    """One process running the task's text, as a handler gets it: the text it stands in for
+    (`command`), its environment, folder and user, and where its output goes."""
 
-    command: str
-    context: Context
-
-    @property
-    def env(self) -> dict[str, str]:
-        """The process's environment (for the agent: with the credentials sourced)."""
-        return self.context.env
-
-    @property
-    def user(self) -> str:
-        return self.context.user[0]
-
-    @property
-    def workdir(self) -> str:
-        return self.context.cwd
+    files: FakeFiles
+    env: dict[str, str]
+    workdir: str
+    user: User
+    out: Callable[[bytes], None]
+    err: Callable[[bytes], None]
+    command: str = ""
+    status: int = 0  # the last command's
 
     def print(self, text: str) -> None:
         """Write to the process's standard output (where the framework sent it)."""
-        self.context.out(text.encode())
+        self.out(text.encode())
 
     async def sh(self, command: str) -> int:
         """Run the few words of sh in this process."""
-        return await run_script(command, self.context)
+        return await run_script(command, self)
 
 
 Handler = Callable[["FakeSandbox", ExecCall], Awaitable[int | None]]
+
+
+async def run_script(text: str, call: ExecCall) -> int:
+    """Run `text` line by line; its exit status is the last command's, or `exit`'s."""
+    try:
+        for line in text.replace(_EITHER_SHELL, "sh").splitlines():
+            for joiner, words in _commands(line, call.env):
+                if joiner == ";" or call.status == 0:
+                    call.status = await _simple(words, call)
+    except Exit as done:
+        call.status = done.args[0]
+    except Beyond as refused:
+        call.err(f"sh: not in the fake's few words of sh: {refused}\n".encode())
+        call.status = 2
+    return call.status
+
+
+def _expand(line: str, env: dict[str, str]) -> str:
+    """The line without its comment, each variable's value in place and quoted as one word."""
+
+    def value(found: re.Match[str]) -> str:
+        name = found[1] or found[2]
+        if name is None:
+            raise Beyond(line.strip())
+        return env.get(name, "")
+
+    def piece(found: re.Match[str]) -> str:
+        text = found[0]
+        if text[0] in "\\'":
+            return text
+        if text[0] == "#":
+            return ""
+        if text[0] == '"':
+            return _IN_QUOTES.sub(lambda v: re.sub(r'(["\\])', r"\\\1", value(v)), text)
+        expanded = value(found)
+        return shlex.quote(expanded) if expanded else ""
+
+    return _PIECE.sub(piece, line)
+
+
+def _commands(line: str, env: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """The line's simple commands as words, each with the `;` or `&&` before it."""
+    lexer = shlex.shlex(_expand(line, env), posix=True, punctuation_chars=True)
+    lexer.whitespace_split, lexer.commenters = True, ""
+    commands: list[tuple[str, list[str]]] = []
+    words: list[str] = []
+    joiner = ";"
+    try:
+        for token in lexer:
+            if token in (";", "&&") and words:
+                commands.append((joiner, words))
+                joiner, words = token, []
+            elif "`" in token or (token and set(token) <= _SIGNS and token not in (">", ">&")):
+                raise Beyond(line.strip())
+            else:
+                words.append(token)
+    except ValueError as unreadable:  # an open quote, a trailing backslash
+        raise Beyond(line.strip()) from unreadable
+    if words:
+        commands.append((joiner, words))
+    if (joiner == "&&" and not words) or any(c[0] in _CONTROL for _, c in commands):
+        raise Beyond(line.strip())  # a command continued on the next line; control flow
+    return commands
+
+
+async def _simple(words: list[str], call: ExecCall) -> int:
+    """One command with its redirections."""
+    argv: list[str] = []
+    out = call.out
+    tokens = iter(words)
+    for word in tokens:
+        if word == ">":
+            target = call.files.norm(next(tokens, ""), call.workdir)
+            try:
+                call.files.write(target, b"")
+            except OSError as exc:
+                call.err(f"sh: 1: cannot create {target}: {exc.strerror}\n".encode())
+                return 2
+            out = partial(call.files.write, target, append=True)
+        elif word == ">&":
+            if next(tokens, "") != "2":
+                raise Beyond(" ".join(words))
+            out = call.err
+        else:
+            argv.append(word)
+    return await _program(argv, replace(call, out=out)) if argv else 0
+
+
+async def _program(argv: list[str], call: ExecCall) -> int:
+    """One of the few words; any other command is not found, as sh says."""
+    match argv:
+        case ["true"]:
+            pass
+        case ["exit"]:
+            raise Exit(call.status)
+        case ["exit", code] if code.isdigit():
+            raise Exit(int(code) & 0xFF)
+        case ["echo", *words] if words[:1] != ["-n"]:
+            call.print(" ".join(words) + "\n")
+        case ["sleep", seconds]:
+            await asyncio.sleep(float(seconds))
+        case ["cat", *paths]:
+            return _each("cat", paths, call, lambda path: call.out(call.files.read(path)))
+        case ["mkdir", "-p", *paths]:
+            return _each("mkdir", paths, call, call.files.makedirs)
+        case [shell, path] if shell in _SHELLS:
+            return await _child(path, call)
+        case [name, *_] if name in ("true", "exit", "echo", "sleep", "mkdir", *_SHELLS):
+            raise Beyond(" ".join(argv))
+        case [name, *_]:
+            call.err(f"sh: 1: {name}: not found\n".encode())
+            return 127
+    return 0
+
+
+def _each(name: str, paths: list[str], call: ExecCall, act: Callable[[str], None]) -> int:
+    """`act` on each path (relative to the folder); 1 if one failed, each error said."""
+    status = 0
+    for path in paths:
+        try:
+            act(call.files.norm(path, call.workdir))
+        except OSError as exc:
+            call.err(f"{name}: {path}: {exc.strerror}\n".encode())
+            status = 1
+    return status
+
+
+async def _child(path: str, call: ExecCall) -> int:
+    """`sh FILE`: the file's text in a child script (its `exit` ends only the child)."""
+    try:
+        text = call.files.read(call.files.norm(path, call.workdir)).decode(errors="replace")
+    except OSError as exc:
+        call.err(f"sh: 0: cannot open {path}: {exc.strerror}\n".encode())
+        return 2
+    return await run_script(text, replace(call, env=dict(call.env), status=0))
