@@ -108,6 +108,9 @@ class RayPlacement(Placement):
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
 
+    async def aclose(self) -> None:
+        await self.fleet.close_pools()
+
     async def ask(self, key: str, request: Any) -> Any:
         """`request` to the running work `key` on its node's actor (`NodeHost.ask`); what it
         raised there is raised here as it was (a session's refusals, `FileNotFoundError`,
