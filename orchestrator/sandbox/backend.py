@@ -50,9 +50,11 @@ class ImageOutcome(BaseModel):
     seconds: float = Field(description="Wall time spent, including waiting for another build.")
     runtime: RuntimeState = Field(
         "unknown",
-        description="`present`: the venv was added for a python3 the backend checked; "
-        "`absent`: the image has no usable python3 and no venv was added; `unknown`: a layer "
-        "that makes the venv only if it finds a python3 >= 3.9 at build time (check inside).",
+        description="`present`: the venv was added for a python3 the backend checked (in "
+        "the image, or mounted into its sandboxes); `absent`: the image has no usable python3 "
+        "(or the runtime could not be prepared for it: a warning says so) and gets no venv; "
+        "`unknown`: a layer that makes the venv only if it finds a python3 >= 3.9 at build "
+        "time, or an image whose python3 could not be probed (check inside).",
     )
     warnings: list[str] = Field(
         default_factory=list,

@@ -58,10 +58,14 @@ def _this_process(pid: int) -> Creator:
     return Creator(host=socket.gethostname(), pid=pid, started=_started(psutil.Process(pid)))
 
 
+OWNER_ENV = "TRIALBOX_OWNER"
+
+
 def default_owner() -> str:
     """Whose work this process does: TRIALBOX_OWNER, else this host and pid. The default
-    `trialbox.owner` of its sandboxes, and the owner label of the images it builds."""
-    return os.environ.get("TRIALBOX_OWNER") or f"{socket.gethostname()}:{os.getpid()}"
+    `trialbox.owner` of its sandboxes; the images it builds carry it when it was given
+    (`backends/docker/build.py`, `build_labels`)."""
+    return os.environ.get(OWNER_ENV) or f"{socket.gethostname()}:{os.getpid()}"
 
 
 def this_process() -> Creator:

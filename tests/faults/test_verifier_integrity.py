@@ -74,8 +74,11 @@ async def test_tests_opt_trialbox_and_prewritten_rewards_planted_by_the_agent_ar
         test_sh="#!/bin/sh\n[ -e /tests/forged ] && echo 1 > /logs/verifier/reward.txt || "
         "echo 0 > /logs/verifier/reward.txt\n",
     )
+    # A runtime venv mounted read-only cannot be removed, but the folder above it can be
+    # moved aside (the image's own venv, on a remote engine, is removed).
     plant = (
-        "command:mkdir -p /tests && touch /tests/forged && rm -rf /opt/trialbox && "
+        "command:mkdir -p /tests && touch /tests/forged && "
+        "{ rm -rf /opt/trialbox 2>/dev/null || mv /opt/trialbox /opt/trialbox.aside; } && "
         "ln -s /tmp /opt/trialbox && echo 1 > /logs/verifier/reward.txt"
     )
     result = await run_trial(task, plant, config=config)

@@ -1,15 +1,21 @@
 """Image rules that need no engine: which stages could add a python3, the general layer never
 failing, how a failed pull is classified, `force_build` without a Dockerfile, the fake
-backend's image contract (runtime, warnings, the two ways' tags)."""
+backend's image contract (runtime, warnings, the two ways' tags), and the runtime venv mounted
+from this host's store (who mounts it, its folders, a bundle's image over it)."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
 
 from orchestrator import TaskError, load_task
+from orchestrator.backends.docker import venv_store
+from orchestrator.backends.docker.backend import DockerBackend
+from orchestrator.backends.docker.build import BuildPlan
 from orchestrator.backends.docker.dockerfile import (
     final_stage_base,
     final_stage_image,
@@ -18,8 +24,14 @@ from orchestrator.backends.docker.dockerfile import (
 )
 from orchestrator.backends.docker.images import ImageBuilder
 from orchestrator.backends.docker.pulls import _PullFailed
+from orchestrator.backends.docker.sandbox import DockerSandbox
+from orchestrator.backends.docker.venv_extra import extra_context
+from orchestrator.backends.docker.venv_layer import LINK_MODE
+from orchestrator.backends.docker.venv_store import venv_key
 from orchestrator.backends.fake import FakeBackend
-from orchestrator.sandbox import ImageOutcome
+from orchestrator.sandbox import Capabilities, ImageOutcome, SandboxSpec
+from orchestrator.sandbox.image_facts import ImagePython
+from orchestrator.sandbox.spec import Mount
 from tests.conftest import write_task
 
 TOOLS = "trialbox-tools:0123456789abcdef0123"
@@ -155,3 +167,164 @@ async def test_the_fake_gives_the_two_ways_two_tags(tmp_path: Path) -> None:
     assert (await backend.plan_image(only_dockerfile, {}, force_build=True)).tag == forced.tag
     outcome = await backend.ensure_image(both, force_build=True)
     assert outcome.tag == forced.tag
+
+
+# -- the runtime venv mounted from this host's store (no engine) ----------------------------
+
+
+def _python(version: str = "3.11.2", path: str = "/usr/bin/python3.11") -> ImagePython:
+    return ImagePython(path=path, version=version)
+
+
+async def test_a_remote_engine_gets_the_venv_in_its_images(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bind mount names a path on the engine's host: a remote engine's sandboxes cannot
+    mount this host's store, so its images get the venv in them (asked of no engine)."""
+    monkeypatch.setenv("DOCKER_HOST", "tcp://192.0.2.1:2376")
+    assert await ImageBuilder().mounts_runtime() is False
+    assert await ImageBuilder(mount_runtime=True).mounts_runtime() is True
+
+
+def test_a_mounted_plan_knows_its_python_or_finds_it_once_built() -> None:
+    plan = BuildPlan(tag="trialbox-env:x", timeout_sec=1, context={})
+    known = ImageBuilder.mount_plan(plan, _python(), "sha256:base")
+    later = ImageBuilder.mount_plan(plan, None, "sha256:base")
+    assert (known.mount_runtime, known.python, known.probed_in, known.runtime) == (
+        True, _python(), "sha256:base", "present",
+    )  # fmt: skip
+    assert (later.mount_runtime, later.python, later.probed_in, later.runtime) == (
+        True, None, None, "unknown",
+    )  # fmt: skip
+    assert known.tag == later.tag == plan.tag  # the venv is no part of the image
+
+
+def test_a_venv_folder_is_named_by_the_runtime_the_machine_and_the_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = venv_key(_python(), "x86_64")
+    assert key.startswith("cp3.11-") and venv_key(_python(), "x86_64") == key
+    others = {
+        venv_key(_python("3.11.9"), "x86_64"),
+        venv_key(_python(path="/usr/local/bin/python3.11"), "x86_64"),
+        venv_key(_python(), "aarch64"),
+    }
+    assert key not in others and len(others) == 3
+    monkeypatch.setattr(venv_store, "_wheel_digest", lambda: "another runtime")
+    assert venv_key(_python(), "x86_64") != key
+
+
+def test_a_store_folder_holds_the_copy_layer_s_venv_readable_by_every_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the one-COPY layer copies (links to the image's interpreter, site-packages),
+    every folder 0755 and file 0644 (0755 executable) whatever the umask; made once, then
+    found. (The layer's files stand in for the site-packages the host installs.)"""
+    compiled: list[Path] = []
+    python = _python()
+    site = "trialbox-venv/lib/python3.11/site-packages"
+    layer = {
+        "trialbox-venv/pyvenv.cfg": (b"home = /usr/bin\nversion = 3.11.2\n", 0o644),
+        "trialbox-venv/bin/python": (python.path.encode(), LINK_MODE),
+        "trialbox-venv/bin/python3": (b"python", LINK_MODE),
+        f"{site}/container_runtime/__init__.py": (b"", 0o644),
+        f"{site}/pydantic_core/_core.so": (b"\x7fELF", 0o755),
+    }
+    monkeypatch.setattr(venv_store, "venv_files", lambda *_: layer)
+    monkeypatch.setattr(venv_store, "store_root", lambda: tmp_path / "venvs")
+    monkeypatch.setattr(venv_store, "_compile", lambda folder, *_: compiled.append(folder))
+    old_umask = os.umask(0o077)
+    try:
+        folder = venv_store.venv_folder_blocking(python, "x86_64", "sha256:image")
+    finally:
+        os.umask(old_umask)
+
+    assert folder == tmp_path / "venvs" / venv_key(python, "x86_64") and len(compiled) == 1
+    made = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir()}
+    assert made == {name.removeprefix("trialbox-venv/") for name in layer}
+    assert os.readlink(folder / "bin" / "python") == python.path
+    assert os.readlink(folder / "bin" / "python3") == "python"
+    assert "version = 3.11.2" in (folder / "pyvenv.cfg").read_text()
+    modes = {
+        p.relative_to(folder).as_posix(): stat.S_IMODE(p.stat().st_mode)
+        for p in [folder, *folder.rglob("*")]
+        if not p.is_symlink()
+    }
+    assert {mode for name, mode in modes.items() if not name.endswith(".so")} == {0o755, 0o644}
+    assert modes["lib/python3.11/site-packages/pydantic_core/_core.so"] == 0o755
+    assert modes["."] == modes["lib"] == 0o755 and modes["pyvenv.cfg"] == 0o644
+    assert venv_store.venv_folder_blocking(python, "x86_64", "sha256:image") == folder
+    assert len(compiled) == 1
+    assert [p.name for p in (tmp_path / "venvs").iterdir()] == [folder.name]  # no staging
+
+
+def test_a_bundle_s_image_over_a_mounted_venv_holds_the_whole_venv() -> None:
+    """A read-only mount takes no more packages: the bundle's image gets the venv itself,
+    the packages in its site-packages, in one COPY; over a venv in the image, only them."""
+    python = _python()
+    venv = {"trialbox-venv/pyvenv.cfg": (b"cfg", 0o644)}
+    files = {"openai/__init__.py": (b"", 0o644)}
+
+    whole = extra_context("trialbox-env:base", python, files, venv)
+    added = extra_context("trialbox-env:base", python, files)
+
+    assert set(whole) == {
+        "Dockerfile", "trialbox-venv/pyvenv.cfg",
+        "trialbox-venv/lib/python3.11/site-packages/openai/__init__.py",
+    }  # fmt: skip
+    assert whole["Dockerfile"][0].decode().endswith("COPY trialbox-venv /opt/trialbox/venv\n")
+    assert set(added) == {"Dockerfile", "trialbox-venv-extra/openai/__init__.py"}
+    assert (
+        added["Dockerfile"][0]
+        .decode()
+        .endswith("COPY trialbox-venv-extra /opt/trialbox/venv/lib/python3.11/site-packages/\n")
+    )
+
+
+async def test_the_backend_mounts_the_venv_its_builder_keeps_outside_the_image(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beside the spec's own mounts, read-only; an image the builder knows no mount for,
+    and a spec that mounts that path already, are created as they are."""
+    builder = ImageBuilder(mount_runtime=True)
+    venv = Mount(source="/store/cp3.11-x", target="/opt/trialbox/venv")
+
+    async def runtime_mount(tag: str) -> Mount | None:
+        return venv if tag == "trialbox-env:mounted" else None
+
+    created: list[SandboxSpec] = []
+
+    async def create(spec: SandboxSpec, *_: object) -> SandboxSpec:
+        created.append(spec)
+        return spec
+
+    monkeypatch.setattr(builder, "runtime_mount", runtime_mount)
+    monkeypatch.setattr(DockerSandbox, "create", create)
+    backend = DockerBackend(builder=builder)
+    monkeypatch.setattr(backend, "capabilities", lambda: _capabilities())
+    gateway = Mount(source="/slots/t", target="/run/trialbox-gateway")
+    spec = SandboxSpec(image="trialbox-env:mounted", trial_id="t", job_id="j", owner="o",
+                       mounts=(gateway,))  # fmt: skip
+
+    await backend.create_sandbox(spec)
+    await backend.create_sandbox(spec.model_copy(update={"image": "trialbox-env:other"}))
+    await backend.create_sandbox(spec.model_copy(update={"mounts": (venv,)}))
+
+    assert [s.mounts for s in created] == [(gateway, venv), (gateway,), (venv,)]
+    assert venv.read_only
+
+
+async def _capabilities() -> Capabilities:
+    return Capabilities()
+
+
+def test_a_host_enforcing_selinux_mounts_no_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its containers could not read a folder nobody labelled for them: the venv goes into
+    the images instead (the engine is not asked)."""
+    enforce = tmp_path / "enforce"
+    enforce.write_text("1\n")
+    monkeypatch.setattr(venv_store, "SELINUX_ENFORCE", enforce)
+    monkeypatch.setattr(venv_store.docker_api, "docker_client", lambda: pytest.fail("asked"))
+    assert venv_store.engine_sees_store_blocking() is False

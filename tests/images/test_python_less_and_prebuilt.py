@@ -1,5 +1,7 @@
 """Images without python3 build and run; prebuilt `docker_image`s are used as they are, pulled
 once, or replaced by environment/Dockerfile with a warning; `force_build` builds the Dockerfile.
+The general layer (where no venv can be mounted: `ImageBuilder(mount_runtime=False)`) skips the
+venv for a python3 that is missing or too old.
 
 Against the real engine. The python-less base image is built once per session (conftest);
 task files carry a fresh marker where a test needs a real build.
@@ -16,12 +18,14 @@ from pathlib import Path
 
 import docker
 import pytest
+from docker.types import Mount as DockerMount
 
 from orchestrator import TaskError, TrialConfig, load_task, run_trial
 from orchestrator.backends.docker import images
 from orchestrator.backends.docker import prebuilt as prebuilt_module
 from orchestrator.backends.docker.images import TASK_REPO, ImageBuilder
 from orchestrator.common.errors import ImageBuildError, TaskBuildError
+from orchestrator.sandbox.spec import Mount
 from tests.conftest import BASE_IMAGE, BASE_IMAGE_MAP, OFFICIAL_IMAGE
 
 MakeTask = Callable[..., Path]
@@ -35,10 +39,15 @@ def prebuilt(image: str) -> str:
     return f'[environment]\ndocker_image = "{image}"\n'
 
 
-def run_sh(client: docker.DockerClient, image: str, script: str) -> tuple[int, str]:
-    """Exit code and output of `sh -c script` in a throwaway container of `image`."""
+def run_sh(
+    client: docker.DockerClient, image: str, script: str, mount: Mount | None = None
+) -> tuple[int, str]:
+    """Exit code and output of `sh -c script` in a throwaway container of `image`, with
+    `mount` (the runtime venv a sandbox of it mounts) when given."""
+    mounts = [] if mount is None else [DockerMount(mount.target, mount.source, type="bind",
+                                                   read_only=mount.read_only)]  # fmt: skip
     container = client.containers.create(
-        image, ["sh", "-c", script], entrypoint=[], network_mode="none"
+        image, ["sh", "-c", script], entrypoint=[], network_mode="none", mounts=mounts
     )
     try:
         container.start()
@@ -100,8 +109,9 @@ async def test_a_trial_on_a_python_less_image_runs_an_sh_agent_and_verifier(
 async def test_the_general_layer_skips_the_venv_when_python3_is_missing_or_too_old(
     make_task: MakeTask, docker_ready: docker.DockerClient, no_python: str
 ) -> None:
-    """A RUN step could install a python3 the base lacks, so such a task gets the general
-    layer ("unknown"); finding none, or one older than 3.9, it says so and the build goes on."""
+    """Where no venv can be mounted, a RUN step that could install a python3 the base lacks
+    gets the general layer ("unknown"); finding none, or one older than 3.9, it says so and
+    the build goes on."""
     marker = uuid.uuid4().hex
     old = "/usr/local/bin/python3"
     stub = f"printf '#!/bin/sh\\necho Python 3.8.18\\nexit 1\\n' > {old} && chmod 755 {old}"
@@ -109,7 +119,7 @@ async def test_the_general_layer_skips_the_venv_when_python3_is_missing_or_too_o
         "missing": f"FROM {no_python}\nRUN echo {marker}\n",
         "too-old": f"FROM {no_python}\nRUN {stub} && echo {marker}\n",
     }
-    builder = ImageBuilder()
+    builder = ImageBuilder(mount_runtime=False)
     plans = {
         name: await builder.plan(load_task(make_task(name, dockerfile=text)), {})
         for name, text in tasks.items()
@@ -145,8 +155,9 @@ async def test_the_general_layer_skips_the_venv_when_python3_is_missing_or_too_o
 async def test_the_general_layer_still_makes_the_venv_for_a_usable_python3(
     make_task: MakeTask, docker_ready: docker.DockerClient
 ) -> None:
-    """A context that already has a `trialbox-venv/` folder cannot take the one-COPY layer: the
-    general layer builds the venv in the image, as root, and gives the image's USER back."""
+    """Where no venv can be mounted, a context that already has a `trialbox-venv/` folder
+    cannot take the one-COPY layer: the general layer builds the venv in the image, as root,
+    and gives the image's USER back."""
     task = load_task(
         make_task(
             "general",
@@ -155,7 +166,7 @@ async def test_the_general_layer_still_makes_the_venv_for_a_usable_python3(
         )
     )
 
-    outcome = await ImageBuilder().ensure_image(task, BASE_IMAGE_MAP)
+    outcome = await ImageBuilder(mount_runtime=False).ensure_image(task, BASE_IMAGE_MAP)
 
     assert (outcome.status, outcome.runtime) == ("built", "unknown")
     code, output = await asyncio.to_thread(
@@ -191,19 +202,28 @@ async def test_a_local_prebuilt_image_without_python_is_used_as_it_is(
     assert docker_ready.images.get(no_python).id == image_id
 
 
+@pytest.mark.parametrize("mounted", [True, False], ids=["mounted", "copied"])
 async def test_a_local_prebuilt_image_with_python_gets_the_venv_and_stays_cached(
-    make_task: MakeTask, docker_ready: docker.DockerClient
+    make_task: MakeTask, docker_ready: docker.DockerClient, mounted: bool
 ) -> None:
+    """With the venv mounted, the image is used as it is (our tag on it, nothing built) and
+    its sandboxes mount the venv; copied, one COPY is built on top of it."""
     task = load_task(make_task("prebuilt-py", dockerfile=None, task_toml=prebuilt(OFFICIAL_IMAGE)))
+    builder = ImageBuilder(mount_runtime=mounted)
 
-    first = await ImageBuilder().ensure_image(task, BASE_IMAGE_MAP)
-    again = await ImageBuilder().ensure_image(task, BASE_IMAGE_MAP)
+    first = await builder.ensure_image(task, BASE_IMAGE_MAP)
+    again = await ImageBuilder(mount_runtime=mounted).ensure_image(task, BASE_IMAGE_MAP)
 
-    assert first.status in {"built", "cached"}  # the same content may be built already
+    # Used as is, nothing is built; copied, the same content may be built already.
+    assert first.status in ({"cached"} if mounted else {"built", "cached"})
     assert (first.runtime, first.warnings) == ("present", [])
     assert (again.tag, again.status, again.runtime) == (first.tag, "cached", "present")
+    base_id = docker_ready.images.get(BASE_IMAGE).id
+    assert (docker_ready.images.get(first.tag).id == base_id) is mounted
+    mount = await builder.runtime_mount(first.tag)
+    assert (mount is not None) is mounted
     code, output = await asyncio.to_thread(
-        run_sh, docker_ready, first.tag, "/opt/trialbox/venv/bin/python -c 'print(1)'"
+        run_sh, docker_ready, first.tag, "/opt/trialbox/venv/bin/python -c 'print(1)'", mount
     )
     assert (code, output) == (0, "1\n")
 
@@ -317,13 +337,17 @@ async def test_the_two_ways_never_share_a_tag_even_for_the_same_image(
     make_task: MakeTask, docker_ready: docker.DockerClient, no_python: str
 ) -> None:
     """A Dockerfile that is exactly `FROM <the docker_image>` still gets a tag of its own,
-    with python (both get the one-COPY layer) and without (as is vs an empty build)."""
-    builder = ImageBuilder()
-    for image, mapping in ((OFFICIAL_IMAGE, BASE_IMAGE_MAP), (no_python, {})):
-        name = f"same-{image.replace(':', '-').replace('/', '-')}"
-        task = load_task(make_task(name, dockerfile=f"FROM {image}\n", task_toml=prebuilt(image)))
-        as_is = await builder.plan(task, mapping)
-        forced = await builder.plan(task, mapping, force_build=True)
-        assert as_is.tag != forced.tag, image
-        assert as_is.runtime == forced.runtime == ("present" if image != no_python else "absent")
-        assert BASE_IMAGE in as_is.dockerfile or as_is.image_id is not None
+    with python (the venv mounted into both, or the one-COPY layer in both) and without (as
+    is vs an empty build)."""
+    for mounted in (True, False):
+        builder = ImageBuilder(mount_runtime=mounted)
+        for image, mapping in ((OFFICIAL_IMAGE, BASE_IMAGE_MAP), (no_python, {})):
+            name = f"same-{mounted}-{image.replace(':', '-').replace('/', '-')}"
+            dockerfile, toml = f"FROM {image}\n", prebuilt(image)
+            task = load_task(make_task(name, dockerfile=dockerfile, task_toml=toml))
+            as_is = await builder.plan(task, mapping)
+            forced = await builder.plan(task, mapping, force_build=True)
+            assert as_is.tag != forced.tag, image
+            runtime = "present" if image != no_python else "absent"
+            assert as_is.runtime == forced.runtime == runtime
+            assert BASE_IMAGE in as_is.dockerfile or as_is.image_id is not None

@@ -13,6 +13,7 @@ import docker.errors
 import pytest
 
 from orchestrator import TaskError, TrialConfig, load_task, run_trial
+from orchestrator.backends.docker.backend import DockerBackend
 from orchestrator.backends.docker.images import TASK_REPO, ImageBuilder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -77,10 +78,24 @@ async def test_the_tag_is_a_hash_of_the_build_inputs(make_task, docker_ready) ->
     assert (await builder.plan(base, {})).tag != tag
 
 
+async def test_plan_mounts_a_venv_for_the_base_images_own_python(make_task, docker_ready) -> None:
+    """On a local engine the image is the task's own build: its Dockerfile mapped, nothing
+    added to it or its context; the venv is mounted for the base image's CPython."""
+    task = make_task(files={"environment/data.txt": "one\n"})
+    plan = await ImageBuilder(mount_runtime=True).plan(load_task(task), BASE_MAP)
+
+    assert plan.dockerfile == "FROM trialbox-base/python3:bookworm\nWORKDIR /app\n"
+    assert set(plan.context) == {"Dockerfile", "data.txt"}
+    assert (plan.mount_runtime, plan.runtime) == (True, "present")
+    assert plan.python is not None and plan.python.minor == "3.11"
+    assert plan.probed_in == docker_ready.images.get("trialbox-base/python3:bookworm").id
+
+
 async def test_plan_copies_a_venv_for_the_base_images_own_python(make_task, docker_ready) -> None:
-    """The base image's CPython is probed once: the venv arrives as one COPY of build-context
-    files linking to it, with no RUN step and no uv or wheelhouse in the image."""
-    plan = await ImageBuilder().plan(load_task(make_task()), BASE_MAP)
+    """Where no venv can be mounted, the base image's CPython is probed once: the venv
+    arrives as one COPY of build-context files linking to it, with no RUN step and no uv or
+    wheelhouse in the image."""
+    plan = await ImageBuilder(mount_runtime=False).plan(load_task(make_task()), BASE_MAP)
 
     assert plan.dockerfile.startswith("FROM trialbox-base/python3:bookworm\nWORKDIR /app\n")
     assert plan.dockerfile.endswith("COPY trialbox-venv /opt/trialbox/venv\n")
@@ -103,7 +118,8 @@ async def test_plan_copies_a_venv_for_the_base_images_own_python(make_task, dock
 async def test_a_base_image_whose_python_is_unknown_gets_the_general_layer(
     make_task, docker_ready
 ) -> None:
-    builder = ImageBuilder()
+    """Where no venv can be mounted (a remote engine)."""
+    builder = ImageBuilder(mount_runtime=False)
     plan = await builder.plan(load_task(make_task(dockerfile="FROM scratch\n")), BASE_MAP)
     tools = await builder.tools_image()
 
@@ -118,7 +134,7 @@ async def test_prebuilt_image_task_gets_the_runtime_layer(make_task, docker_read
         dockerfile=None,
         task_toml='[environment]\ndocker_image = "python:3.11-slim-bookworm"\n',
     )
-    plan = await ImageBuilder().plan(load_task(task), BASE_MAP)
+    plan = await ImageBuilder(mount_runtime=False).plan(load_task(task), BASE_MAP)
 
     assert plan.dockerfile.startswith("FROM trialbox-base/python3:bookworm\n")
     assert "/opt/trialbox/venv" in plan.dockerfile
@@ -126,7 +142,12 @@ async def test_prebuilt_image_task_gets_the_runtime_layer(make_task, docker_read
     assert (plan.runtime, plan.image_id, plan.warnings) == ("present", None, ())
 
 
-async def test_non_root_user_is_restored_after_the_patch(config: TrialConfig, make_task) -> None:
+@pytest.mark.parametrize("mounted", [True, False], ids=["mounted", "in-image"])
+async def test_non_root_user_is_restored_after_the_patch(
+    config: TrialConfig, make_task, mounted: bool
+) -> None:
+    """The agent and the verifier run as the image's USER, and a non-root user runs the
+    runtime, mounted or built into the image by the general layer."""
     # No marker: built once per session, then shared by the tests that ask for it.
     task = make_task(
         "as-nobody",
@@ -137,7 +158,8 @@ async def test_non_root_user_is_restored_after_the_patch(config: TrialConfig, ma
             "&& echo 1 > /logs/verifier/reward.txt\n"
         ),
     )
-    result = await run_trial(task, "command:id -un", config=config)
+    backend = DockerBackend(config.limits, builder=ImageBuilder(mount_runtime=mounted))
+    result = await run_trial(task, "command:id -un", config=config, backend=backend)
 
     assert result.error is None, result.error
     assert result.reward == 1.0

@@ -1,8 +1,9 @@
 """The Docker backend: sandboxes are containers of the engine `DOCKER_HOST` points at.
 
 `DockerBackend` wires the pieces of this package together behind the `Backend` interface: images
-(`images.py`), sandboxes (`sandbox.py`), the engine's capabilities (`capabilities.py`),
-leftovers (`leftovers.py`) and the images it holds (`local_images.py`).
+(`images.py`), sandboxes (`sandbox.py`, with the runtime venv mounted where the builder keeps
+it outside the image), the engine's capabilities (`capabilities.py`), leftovers
+(`leftovers.py`) and the images it holds (`local_images.py`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ class DockerBackend(Backend):
         )
 
     async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        """A container of `spec`, with the runtime venv mounted read-only when its image's
+        venv lives in this host's store (`ImageBuilder.runtime_mount`)."""
+        mount = await self.builder.runtime_mount(spec.image)
+        if mount is not None and all(m.target != mount.target for m in spec.mounts):
+            spec = spec.model_copy(update={"mounts": (*spec.mounts, mount)})
         return await DockerSandbox.create(spec, self.limits, await self.capabilities())
 
     async def find_leftovers(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ from orchestrator.common.errors import ImageBuildError, SandboxNotFoundError, Ta
 from orchestrator.common.offline import names_the_network
 from orchestrator.common.terminal import plain
 from orchestrator.sandbox.backend import RuntimeState
-from orchestrator.sandbox.creator import default_owner
+from orchestrator.sandbox.creator import OWNER_ENV
 from orchestrator.sandbox.image_facts import ImagePython
 from orchestrator.sandbox.spec import LABEL_OWNER
 
@@ -62,6 +63,11 @@ class BuildPlan:
     runtime: RuntimeState = "unknown"  # see ImageOutcome.runtime
     warnings: tuple[str, ...] = ()
     image_id: str | None = None  # set: nothing to build, `tag` names this local image as is
+    # The venv is mounted into the image's sandboxes, not built into it (`venv_store.py`):
+    # for `python`, probed in the image `probed_in`, or, when `python` is None, for the
+    # CPython the image turns out to have once it exists.
+    mount_runtime: bool = False
+    probed_in: str | None = None
 
     @property
     def dockerfile(self) -> str:
@@ -133,11 +139,16 @@ def _build_failed(plan: BuildPlan, why: str, lines: list[str]) -> ImageBuildErro
 
 
 def build_labels(**extra: str) -> dict[str, str]:
-    """The labels every image trialbox builds carries: `trialbox.owner`, the owner of the
-    process that built it (`default_owner`), so that whoever cleans up removes only the
-    images of their own runs (the test suite does). Not part of the tag: an image another
-    owner's trial finds under its tag is used as is, whoever built it."""
-    return {LABEL_OWNER: default_owner(), **extra}
+    """The labels an image trialbox builds carries: `trialbox.owner` when this process's
+    owner was given (`OWNER_ENV`, as the test suite gives its own), so that whoever cleans up
+    removes only the images of their own runs. The engine's classic builder makes the labels
+    a step of their own (a commit: 0.5-1 s an image on a slow storage driver, as long as a
+    trivial task's own step), so without a given owner an image gets none: the default
+    owner (`default_owner`: this host and pid) names no run a cleanup could ask for. Not part
+    of the tag: an image another owner's trial finds under its tag is used as is, whoever
+    built it."""
+    owner = os.environ.get(OWNER_ENV)
+    return {**({LABEL_OWNER: owner} if owner else {}), **extra}
 
 
 def _build_blocking(plan: BuildPlan, labels: dict[str, str]) -> list[str]:

@@ -1,20 +1,29 @@
-"""Task images: content-hashed tags, the shared tools image, and single-flight builds.
+"""Task images: content-hashed tags, the runtime venv, and single-flight builds.
 
-A task image's tag is a hash of every build input (the patched Dockerfile, which names the
-tools image and the base-image mapping, and every file of the build context), so identical
-tasks share one image, an unchanged task is never rebuilt, and concurrent trials that need
-the same image wait for one build instead of starting their own.
+A task image's tag is a hash of every build input (the Dockerfile as built, with the base-image
+mapping and whatever trialbox adds, and every file of the build context), so identical tasks
+share one image, an unchanged task is never rebuilt, and concurrent trials that need the same
+image wait for one build instead of starting their own.
 
-The runtime venv never fails a build: it is one COPY for a base image whose CPython the
-builder probed (`runtime="present"`), nothing at all for a base with no usable python3
-("absent"), else the general layer, which skips the venv when it finds no python3 >= 3.9
-("unknown"). `force_build` always builds environment/Dockerfile.
+The runtime venv never fails a build, and costs none where it can. When the engine is local
+(and sees this host's folders), the image is the task's own build, with nothing added, and the
+venv is mounted read-only into its sandboxes from this host's store (`venv_store.py`), for the
+CPython of the final stage's base image, probed once, or, when a step may add one, of the
+built image; an image with no usable python3 gets no mount ("absent"). Its tag then does not
+depend on the runtime at all. Where no store can be mounted (a remote engine) the venv goes
+into the image: one COPY for a base image whose CPython the builder probed ("present"),
+nothing for a base with no usable python3 ("absent"), else the general layer, which skips the
+venv when it finds no python3 >= 3.9 ("unknown"). `force_build` always builds
+environment/Dockerfile.
 
-Apart: one build, its plan and its tag (`build.py`); the tools image (`tools_image.py`); a
-task's prebuilt `docker_image` (`prebuilt.py`); a bundle's dependencies, an image on top of the
-task's (`venv_extra.py`).
+Apart: one build, its plan and its tag (`build.py`); the venv's store (`venv_store.py`) and its
+layer (`venv_layer.py`, the general layer in `dockerfile.py`); the tools image
+(`tools_image.py`); a task's prebuilt `docker_image` (`prebuilt.py`); a bundle's dependencies,
+an image on top of the task's, which holds the whole venv where the task's mounts it
+(`venv_extra.py`).
 
-`ImageBuilder` is the builder; its `ImageOutcome.runtime` says which of the three a task got.
+`ImageBuilder` is the builder; its `ImageOutcome.runtime` says whether a task's image has the
+runtime, and `runtime_mount` what its sandboxes mount.
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from container_runtime.paths import VENV_DIR
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.build import (
     TASK_REPO,
@@ -41,6 +52,7 @@ from orchestrator.backends.docker.dockerfile import (
     map_base_images,
     patch_dockerfile,
 )
+from orchestrator.backends.docker.inspection import engine_is_local
 from orchestrator.backends.docker.prebuilt import PrebuiltImages, tag_as_is
 from orchestrator.backends.docker.tools_image import make_tools_image
 from orchestrator.backends.docker.venv_extra import CarriesVenvExtra, with_venv_extra
@@ -49,6 +61,11 @@ from orchestrator.backends.docker.venv_layer import (
     copy_block,
     probe_blocking,
     venv_files,
+)
+from orchestrator.backends.docker.venv_store import (
+    engine_sees_store_blocking,
+    venv_folder_blocking,
+    venv_key,
 )
 from orchestrator.common.errors import (
     ImageBuildError,
@@ -61,31 +78,39 @@ from orchestrator.common.single_flight import SingleFlight
 from orchestrator.sandbox import ImageOutcome
 from orchestrator.sandbox.backend import RuntimeState
 from orchestrator.sandbox.image_facts import ImagePython
+from orchestrator.sandbox.spec import Mount
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import read_tree
 
 if TYPE_CHECKING:
     from orchestrator.backends.docker.registry import Registry
 
-T = TypeVar("T")
-
 
 class ImageBuilder:
     """Builds task images; one instance per process is enough (see `default_builder`).
 
-    In-flight work is kept per event loop (a builder may outlive a loop, as the process-wide
-    one does across `asyncio.run` calls), so no asyncio object is shared between loops.
-    `single_flight`, `arch`, `probe`, `local_id`, `plan_dockerfile`, `finish_plan` and
-    `ensure_planned` are public for its prebuilt and venv-extra paths (`prebuilt.py`,
-    `venv_extra.py`).
+    Work in flight is shared by key and event loop (`single_flight`, a `SingleFlight`: a
+    builder may outlive a loop, as the process-wide one does across `asyncio.run` calls).
+    `single_flight`, `arch`, `probe`, `local_id`, `plan_dockerfile`, `mounts_runtime`,
+    `mount_plan`, `finish_plan`, `ensure_planned` and `mounted` are public for its prebuilt
+    and venv-extra paths (`prebuilt.py`, `venv_extra.py`).
+
+    `mount_runtime` says whether the runtime venv is mounted from this host's store rather
+    than built into images; None (the default): when the engine is local and sees the store.
     """
 
-    def __init__(self, registry: Registry | None = None) -> None:
+    def __init__(
+        self, registry: Registry | None = None, *, mount_runtime: bool | None = None
+    ) -> None:
         self.registry = registry  # images shared through it (registry.py); None: built here
+        self._mount_runtime = mount_runtime
         self._tools_tag: str | None = None
         self._arch_name: str | None = None
         self._pythons: dict[str, ImagePython | None] = {}  # by image id, known answers only
         self._users: dict[str, str] = {}
+        # Images whose sandboxes mount the venv, by tag: the CPython and an image that has it.
+        self._mounted: dict[str, tuple[ImagePython, str]] = {}
+        self._venvs: dict[str, Path] = {}  # the store's folders made or found, by venv_key
         self._prebuilt = PrebuiltImages(self)
         self.single_flight = SingleFlight()  # callers that come while a key's work runs share it
         self._running: dict[str, asyncio.Future[Any]] = {}
@@ -160,18 +185,101 @@ class ImageBuilder:
             return None
         return attrs["Id"]
 
-    async def _base_python(self, image: str | None) -> tuple[ImagePython | None, bool]:
-        """(the CPython of the final stage's base image, whether that is known): unknown when
-        the image is not local (the build pulls nothing; it fails saying so)."""
+    async def _base_python(self, image: str | None) -> tuple[ImagePython | None, bool, str | None]:
+        """(the CPython of the final stage's base image, whether that is known, the image's
+        id): unknown when the image is not local (the build pulls nothing; it fails saying
+        so)."""
         if image is None:
-            return None, False
+            return None, False, None
         try:
             image_id = await self.local_id(image)
         except SandboxError:  # the build will say what is wrong with the reference
-            return None, False
+            return None, False, None
         if image_id is None:
-            return None, False
-        return await self.probe(image_id, image)
+            return None, False, None
+        return *await self.probe(image_id, image), image_id
+
+    # -- the runtime venv, mounted from this host's store (venv_store.py) -------------------
+
+    async def mounts_runtime(self) -> bool:
+        """Whether images get no venv of their own and their sandboxes mount it: the engine
+        is local and sees this host's store (asked once; when the engine cannot say, a local
+        socket is taken to see it, as the gateway's mount takes it)."""
+        if self._mount_runtime is None:
+            if not engine_is_local():
+                self._mount_runtime = False
+            else:
+                try:
+                    self._mount_runtime = await docker_api.call(
+                        "ask the engine whether it sees this host's folders",
+                        engine_sees_store_blocking,
+                    )
+                except SandboxError:
+                    return True
+        return self._mount_runtime
+
+    async def venv_folder(self, python: ImagePython, image: str) -> Path:
+        """The store's venv folder for `python` (made once per host and CPython; `image` has
+        that interpreter and compiles the bytecode). RuntimeError when the runtime cannot
+        be installed for it."""
+        key = venv_key(python, await self.arch())
+        known = self._venvs.get(key)
+        if known is not None and known.is_dir():
+            return known
+        arch = await self.arch()
+        folder = await asyncio.shield(
+            self.single_flight(
+                f"venv {key}",
+                lambda: docker_api.call_once(
+                    f"prepare the runtime venv for CPython {python.version}",
+                    venv_folder_blocking, python, arch, image,
+                ),
+            )
+        )  # fmt: skip
+        self._venvs[key] = folder
+        return folder
+
+    def mounted(self, tag: str) -> ImagePython | None:
+        """The CPython whose venv the sandboxes of image `tag` mount (None: they mount none;
+        the image has its venv in it, or no runtime at all)."""
+        known = self._mounted.get(tag)
+        return None if known is None else known[0]
+
+    async def runtime_mount(self, tag: str) -> Mount | None:
+        """What a sandbox of image `tag` mounts: the store's venv, read-only, at VENV_DIR;
+        None for an image this builder did not make sure of with a mounted venv (its venv is
+        in it, or it has none)."""
+        known = self._mounted.get(tag)
+        if known is None:
+            return None
+        try:
+            folder = await self.venv_folder(*known)
+        except RuntimeError:  # the store's folder was removed and cannot be made again
+            return None
+        return Mount(source=str(folder), target=VENV_DIR, read_only=True)
+
+    async def _with_mount(self, plan: BuildPlan, outcome: ImageOutcome) -> ImageOutcome:
+        """The outcome of a plan whose venv is mounted, once its image exists: the store's
+        folder made for its CPython (probing the image when the plan does not know it) and
+        remembered for its sandboxes; "absent" when the image has no usable CPython."""
+        python, image = plan.python, plan.probed_in
+        known = python is not None
+        if python is None:
+            image = await self.local_id(plan.tag)
+            if image is not None:
+                python, known = await self.probe(image, plan.tag)
+        self._mounted.pop(plan.tag, None)
+        if python is None or image is None or not python.usable:
+            return outcome.model_copy(update={"runtime": "absent" if known else "unknown"})
+        try:
+            await self.venv_folder(python, image)
+        except RuntimeError as exc:  # e.g. a CPython too new for the wheelhouse
+            warning = f"the runtime venv could not be prepared on the host: {exc}"
+            return outcome.model_copy(
+                update={"runtime": "absent", "warnings": [*outcome.warnings, warning]}
+            )
+        self._mounted[plan.tag] = (python, image)
+        return outcome.model_copy(update={"runtime": "present"})
 
     # -- task images --------------------------------------------------------------------------
 
@@ -183,10 +291,11 @@ class ImageBuilder:
         A task with a prebuilt `docker_image` (mapped through `base_image_map`) uses it when
         it is local or can be pulled; when it cannot, environment/Dockerfile is built instead,
         with a warning, or, without one, the error says how to get the image (`prebuilt.py`).
-        `force_build` always builds environment/Dockerfile. The runtime venv: one COPY when the
-        base image's CPython is known and >= 3.9 ("present"); nothing when the base image has
-        no usable python3 and no step could add one ("absent"); else the general layer
-        ("unknown").
+        `force_build` always builds environment/Dockerfile. The runtime venv: nothing in the
+        image when the base image has no usable python3 and no step could add one
+        ("absent"); else, where the engine is local, nothing in the image either (`mount_plan`:
+        the venv is mounted into its sandboxes); elsewhere one COPY when the base image's
+        CPython is known and >= 3.9 ("present"), else the general layer ("unknown").
         """
         image = task.config.environment.docker_image
         if image is None or force_build:
@@ -209,13 +318,27 @@ class ImageBuilder:
             raise TaskError(f"{task.dockerfile}: cannot be read: {exc}") from exc
         context = await run_blocking(read_tree, task.environment_dir)
         mapped = map_base_images(text, base_image_map)
-        python, known = await self._base_python(final_stage_base(mapped))
+        python, known, base_id = await self._base_python(final_stage_base(mapped))
         if known and (python is None or not python.usable):
             if not final_stage_may_add_python(mapped):
                 # Nothing could add a python3: no runtime layer at all ("absent").
                 return await self._plan_with(task, context, mapped, None, "absent")
-            python = None  # a step may install one: the general layer finds out
+            python = None  # a step may install one: the built image or the general layer says
+        if await self.mounts_runtime():
+            plan = await self._plan_with(task, context, mapped, None, "unknown")
+            return self.mount_plan(plan, python, base_id)
         return await self.finish_plan(task, text, mapped, context, python, base_image_map)
+
+    @staticmethod
+    def mount_plan(plan: BuildPlan, python: ImagePython | None, probed_in: str | None) -> BuildPlan:
+        """`plan` (of an image with no venv in it) with its venv mounted: for `python`, found
+        in the image `probed_in` (the final stage's base image, whose CPython the task's own
+        steps keep, as the one-COPY layer assumes), or, when None, for the CPython of the built
+        image, probed once it exists. Its runtime is known when the image is ensured."""
+        if python is None or probed_in is None:
+            return replace(plan, mount_runtime=True, python=None, probed_in=None)
+        return replace(plan, mount_runtime=True, python=python, probed_in=probed_in,
+                       runtime="present")  # fmt: skip
 
     async def finish_plan(
         self,
@@ -265,6 +388,7 @@ class ImageBuilder:
 
     @staticmethod
     def _outcome(plan: BuildPlan, status: str, started: float) -> ImageOutcome:
+        """The outcome of a plan's build (a mounted venv's runtime is said by `_with_mount`)."""
         return ImageOutcome(
             tag=plan.tag, status=status, seconds=time.monotonic() - started,
             runtime=plan.runtime, warnings=list(plan.warnings),
@@ -283,8 +407,8 @@ class ImageBuilder:
         building = asyncio.ensure_future(
             docker_api.call_once(
                 f"build the image of {task_name}",
-                # One label, its owner (the builder makes all labels one step, ~0.8 s here):
-                # task images are known by their repository, TASK_REPO, and whose by it.
+                # At most one label, a given owner (the builder makes the labels a step of
+                # their own): task images are known by their repository, TASK_REPO.
                 _build_blocking, plan, build_labels(),
             )
         )  # fmt: skip
@@ -325,11 +449,17 @@ class ImageBuilder:
         """The plan's image, built at most once however many callers ask at the same time."""
         started = time.monotonic()
         joined = self.single_flight.running(plan.tag)
-        build = self.single_flight(plan.tag, lambda: self._build(plan, task_name))
+        build = self.single_flight(plan.tag, lambda: self._make(plan, task_name))
         outcome = await asyncio.shield(build)
         if not joined:
             return outcome
-        return self._outcome(plan, "cached", started)
+        return outcome.model_copy(
+            update={"status": "cached", "seconds": time.monotonic() - started}
+        )
+
+    async def _make(self, plan: BuildPlan, task_name: str) -> ImageOutcome:
+        outcome = await self._build(plan, task_name)
+        return await self._with_mount(plan, outcome) if plan.mount_runtime else outcome
 
 
 _default_builder: ImageBuilder | None = None

@@ -110,8 +110,9 @@ class PrebuiltImages:
             raise
 
     async def _plan_local(self, task: Task, ref: str, image_id: str) -> BuildPlan:
-        """A local prebuilt image: with the venv copied in when it has a usable CPython, else
-        used as it is.
+        """A local prebuilt image: used as it is when it has no usable CPython or when its
+        sandboxes mount the venv (a local engine: `ImageBuilder.mount_plan`), else with the
+        venv copied in.
 
         Used as is, nothing is built: the plan's tag is `trialbox-env:<hash of the image id>`,
         put on that image by `tag_as_is` (a tag, no layer, milliseconds). Not the reference
@@ -127,13 +128,18 @@ class PrebuiltImages:
         # keeps this way's tags apart from a Dockerfile that says the same FROM.
         text = f"FROM {ref}\n# trialbox: the prebuilt docker_image {image_id}\n"
         python, known = await self._builder.probe(image_id, ref)
-        if known and (python is None or not python.usable):
+        unusable = known and (python is None or not python.usable)
+        if unusable or await self._builder.mounts_runtime():
             digest = hashlib.sha256(f"docker_image\0{image_id}".encode()).hexdigest()
-            return BuildPlan(
+            as_is = BuildPlan(
                 tag=f"{TASK_REPO}:{digest[:20]}", timeout_sec=env.build_timeout_sec,
                 context={"Dockerfile": (text.encode(), 0o644)}, runtime="absent",
                 image_id=image_id,
             )  # fmt: skip
+            if unusable:
+                return as_is
+            usable = python if known else None
+            return self._builder.mount_plan(replace(as_is, runtime="unknown"), usable, image_id)
         return await self._builder.finish_plan(task, text, text, {}, python if known else None)
 
 

@@ -4,7 +4,8 @@ The image's ENTRYPOINT is kept and only the command is replaced, by a quiet `sh`
 (KEEPALIVE): zombies are reaped and no signal sent from inside stops it, so an agent cannot
 stop its own sandbox, and no python3 is needed in the image. Files move by archive copy
 through the API, never by bind mounts: that works the same against a remote engine and
-leaves no root-owned files on the host (the one bind mount is the model gateway's socket).
+leaves no root-owned files on the host (the bind mounts, both read-only, are the model
+gateway's socket and, on a local engine, the runtime venv: `backend.py`).
 
 `DockerSandbox` creates the container (with the spec's mounts, env and working folder), runs
 execs, copies archives, reads the image's USER and HEALTHCHECK, and destroys it idempotently.

@@ -1,12 +1,14 @@
-"""The runtime venv as one small COPY: what an image with a known CPython gets.
+"""The runtime venv's files for an image's CPython, and the one small COPY that puts them in
+an image where they cannot be mounted (a remote engine; `venv_store.py` mounts them).
 
 The general runtime layer copies `uv` and wheels for every CPython into the image and builds
 the venv there: 58 MB of layers and a RUN step, several seconds per image on a slow storage
 driver. When the final stage's base image is local and has a CPython >= 3.9, its path and
 version are learnt once on the host (`probe`), the matching site-packages are installed on
-the host by `uv pip install --target` for that version (cached), and the venv reaches the
-image as build-context files: `pyvenv.cfg`, `bin/python` (a symlink to the image's own
-interpreter) and `lib/pythonX.Y/site-packages`. No network, no RUN, about 8 MB.
+the host by `uv pip install --target` for that version (cached), and the venv is a few files:
+`pyvenv.cfg`, `bin/python` (a symlink to the image's own interpreter) and
+`lib/pythonX.Y/site-packages`. No network, no RUN, about 8 MB: the store's folder on a local
+engine, build-context files with one COPY elsewhere.
 
 The probe's answer is remembered on disk per image id; `runtime_site` is the host folder for a
 CPython, `venv_files` and `copy_block` the context and the COPY. `DockerImageFacts` are the
