@@ -11,15 +11,16 @@ long run never spends it):
   `fast_path=False`) and through HTTP (a real `trialbox serve` subprocess on 127.0.0.1 driven by
   `orchestrator.client.TrialboxClient`, `fast_path` true and false);
 - the session open time (`open_session` until ready), through Python and through HTTP, against
-  a plain SDK `containers.create` + `start` of the same image with the task's limits (the
-  floor), the opens alternating.
+  a plain SDK `containers.create` + `start` of the same image with the task's limits and its
+  network (the floor: the container the session gets, less trialbox's work), the opens
+  alternating.
 
 The command rows run in interleaved rounds, so drift hits every row alike. Each row prints its
 p50/p90 and its p50 as a ratio of its floor's. Everything it starts (sandboxes, sessions, the
 server, the floor's containers) is removed at the end, on an error or on Ctrl-C; containers
 carry a per-run owner label, and any one left is removed by it.
 
-    python benchmarks/session_exec.py [-n 30] [--opens 5] [--base-image FROM=LOCAL]
+    python benchmarks/session_exec.py [-n 30] [--opens 5] [--only-open] [--base-image FROM=LOCAL]
 
 Targets (issue 21): a session command's p50 through Python on the fast path at most 1/5 of the
 SDK exec floor, through HTTP at most 1/3; plain-exec commands (fast_path false) within 1.3x of
@@ -138,12 +139,15 @@ class Server:
                 self.process.wait()
 
 
-def floor_open(client: docker.DockerClient, image: str, owner: str, cpus: float, mem: int) -> float:
-    """A plain create+start of the image with the task's limits (timed), then its removal."""
+def floor_open(
+    client: docker.DockerClient, image: str, owner: str, cpus: float, mem: int, network: str
+) -> float:
+    """A plain create+start of the image with the task's limits and network mode (timed), then
+    its removal. The network counts: a bridge's start costs 30-50 ms more than none's here."""
     started = time.perf_counter()
     container = client.containers.create(
         image, command=["sleep", "infinity"], detach=True, labels={LABEL_OWNER: owner},
-        network_mode="none", nano_cpus=int(cpus * 1e9), mem_limit=f"{mem}m", pids_limit=1024,
+        network_mode=network, nano_cpus=int(cpus * 1e9), mem_limit=f"{mem}m", pids_limit=1024,
         security_opt=["no-new-privileges"],
     )  # fmt: skip
     try:
@@ -162,6 +166,9 @@ async def main() -> None:
         "--opens", type=int, default=5, help="opens per open row (default 5, at most 50)"
     )
     parser.add_argument("--base-image", default=DEFAULT_MAP, help=f"default {DEFAULT_MAP}")
+    parser.add_argument(
+        "--only-open", action="store_true", help="only the open rows (no command rows)"
+    )
     args = parser.parse_args()
     runs, opens = max(1, min(args.n, 1000)), max(1, min(args.opens, 50))
     owner = f"trialbox-bench-{os.urandom(4).hex()}"
@@ -179,21 +186,22 @@ async def main() -> None:
             task = load_task(tasks / TASK_ID)
             image = (await default_builder().ensure_image(task, config.base_image_map)).tag
             env = task.config.environment
+            network = "none" if config.no_internet else env.effective_network_mode  # the trial's
             times, open_times = await measure(
                 config, tasks, root, image, owner, args.base_image, runs, opens, payload, client,
-                (env.cpus or 1, env.memory_mb or 2048),
+                (env.cpus or 1, env.memory_mb or 2048, network), args.only_open,
             )  # fmt: skip
     finally:
         left = remove_owned(client, owner)
         if left:
             print(f"removed {left} container(s) left behind")
-    report(times, open_times, runs, opens, image)
+    report(times, open_times, runs, opens, image, network)
 
 
 async def measure(
     config: TrialConfig, tasks: Path, root: Path, image: str, owner: str, base_image: str,
     runs: int, opens: int, payload: bytes, client: docker.DockerClient,
-    limits: tuple[float, int],
+    shape: tuple[float, int, str], only_open: bool,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:  # fmt: skip
     spec = SandboxSpec(
         image=image, trial_id=new_id("bench-session"), job_id=new_id("job-bench"), owner=owner
@@ -204,69 +212,15 @@ async def measure(
             TrialEngine(config=config, tasks_dir=tasks, n_concurrent=8) as engine,
             TrialboxClient(server.url) as http,
         ):
-            sandbox = await DockerSandbox.create(spec)
-            try:
-                await sandbox.upload_file(BIG, payload, mode=0o644)
-                container = client.containers.get(sandbox.container_id)
-                channel = await sandbox.open_channel()
-                if channel is None:
-                    raise SystemExit("the channel could not start in this image")
+            times: dict[str, list[float]] = {}
+            if only_open:
                 await server.ready()
-                fast = await engine.open_session(task_id=TASK_ID, session_id=new_id("py-fast"))
-                plain = await engine.open_session(
-                    task_id=TASK_ID, session_id=new_id("py-plain"), fast_path=False
-                )
-                rfast = await http.open_session(task_id=TASK_ID, session_id=new_id("http-fast"))
-                rplain = await http.open_session(
-                    task_id=TASK_ID, session_id=new_id("http-plain"), fast_path=False
-                )
-                async with fast, plain, rfast, rplain:
-                    for session in (fast, plain, rfast, rplain):
-                        await session.write_file(BIG, payload)
-                    checks = [
-                        await fast.exec(argv=["cat", BIG]),
-                        await rfast.exec(argv=["cat", BIG]),
-                        await plain.exec(argv=["cat", BIG]),
-                        await rplain.exec(argv=["cat", BIG]),
-                    ]
-                    for check in checks:
-                        assert check.stdout.encode() == payload and not check.truncated, (
-                            check.stderr
-                        )
-
-                    def sdk(argv: list[str]) -> Call:
-                        return lambda: asyncio.to_thread(container.exec_run, argv)
-
-                    cat = ["cat", BIG]
-                    rows: dict[str, Call] = {
-                        "sdk exec_run: true": sdk(["true"]),
-                        "channel run: true": lambda: channel.run("true"),
-                        "sandbox exec: true": lambda: sandbox.exec("true", timeout_sec=30),
-                        "python fast: true": lambda: fast.exec("true"),
-                        "python plain: true": lambda: plain.exec("true"),
-                        "http fast: true": lambda: rfast.exec("true"),
-                        "http plain: true": lambda: rplain.exec("true"),
-                        "sdk exec_run: cat 1 MiB": sdk(cat),
-                        "channel run: cat 1 MiB": lambda: channel.run(cat, output_cap=MIB),
-                        "python fast: cat 1 MiB": lambda: fast.exec(argv=cat),
-                        "python plain: cat 1 MiB": lambda: plain.exec(argv=cat),
-                        "http fast: cat 1 MiB": lambda: rfast.exec(argv=cat),
-                        "http plain: cat 1 MiB": lambda: rplain.exec(argv=cat),
-                    }
-                    times: dict[str, list[float]] = {name: [] for name in rows}
-                    for call in rows.values():  # warm every path once
-                        await call()
-                    for _ in range(runs):
-                        for name, call in rows.items():
-                            times[name].append(await timed(call))
-                await channel.close()
-            finally:
-                await sandbox.destroy()
+            else:
+                times = await command_rows(engine, http, server, spec, runs, payload, client)
 
             open_times: dict[str, list[float]] = {"sdk create+start": [], "python open": [],
                                                   "http open": []}  # fmt: skip
-            cpus, mem = limits
-            floor = lambda: floor_open(client, image, owner, cpus, mem)  # noqa: E731
+            floor = lambda: floor_open(client, image, owner, *shape)  # noqa: E731
             await asyncio.to_thread(floor)  # warm every path once
             async with await engine.open_session(task_id=TASK_ID):
                 pass
@@ -287,18 +241,86 @@ async def measure(
     return times, open_times
 
 
+async def command_rows(
+    engine: TrialEngine, http: TrialboxClient, server: Server, spec: SandboxSpec, runs: int,
+    payload: bytes, client: docker.DockerClient,
+) -> dict[str, list[float]]:  # fmt: skip
+    """The command rows, interleaved: `runs` rounds of every row."""
+    sandbox = await DockerSandbox.create(spec)
+    try:
+        await sandbox.upload_file(BIG, payload, mode=0o644)
+        container = client.containers.get(sandbox.container_id)
+        channel = await sandbox.open_channel()
+        if channel is None:
+            raise SystemExit("the channel could not start in this image")
+        await server.ready()
+        fast = await engine.open_session(task_id=TASK_ID, session_id=new_id("py-fast"))
+        plain = await engine.open_session(
+            task_id=TASK_ID, session_id=new_id("py-plain"), fast_path=False
+        )
+        rfast = await http.open_session(task_id=TASK_ID, session_id=new_id("http-fast"))
+        rplain = await http.open_session(
+            task_id=TASK_ID, session_id=new_id("http-plain"), fast_path=False
+        )
+        async with fast, plain, rfast, rplain:
+            for session in (fast, plain, rfast, rplain):
+                await session.write_file(BIG, payload)
+            checks = [
+                await fast.exec(argv=["cat", BIG]),
+                await rfast.exec(argv=["cat", BIG]),
+                await plain.exec(argv=["cat", BIG]),
+                await rplain.exec(argv=["cat", BIG]),
+            ]
+            for check in checks:
+                assert check.stdout.encode() == payload and not check.truncated, check.stderr
+
+            def sdk(argv: list[str]) -> Call:
+                return lambda: asyncio.to_thread(container.exec_run, argv)
+
+            cat = ["cat", BIG]
+            rows: dict[str, Call] = {
+                "sdk exec_run: true": sdk(["true"]),
+                "channel run: true": lambda: channel.run("true"),
+                "sandbox exec: true": lambda: sandbox.exec("true", timeout_sec=30),
+                "python fast: true": lambda: fast.exec("true"),
+                "python plain: true": lambda: plain.exec("true"),
+                "http fast: true": lambda: rfast.exec("true"),
+                "http plain: true": lambda: rplain.exec("true"),
+                "sdk exec_run: cat 1 MiB": sdk(cat),
+                "channel run: cat 1 MiB": lambda: channel.run(cat, output_cap=MIB),
+                "python fast: cat 1 MiB": lambda: fast.exec(argv=cat),
+                "python plain: cat 1 MiB": lambda: plain.exec(argv=cat),
+                "http fast: cat 1 MiB": lambda: rfast.exec(argv=cat),
+                "http plain: cat 1 MiB": lambda: rplain.exec(argv=cat),
+            }
+            times: dict[str, list[float]] = {name: [] for name in rows}
+            for call in rows.values():  # warm every path once
+                await call()
+            for _ in range(runs):
+                for name, call in rows.items():
+                    times[name].append(await timed(call))
+        await channel.close()
+    finally:
+        await sandbox.destroy()
+    return times
+
+
 def report(
     times: dict[str, list[float]], open_times: dict[str, list[float]], runs: int, opens: int,
-    image: str,
+    image: str, network: str,
 ) -> None:  # fmt: skip
-    print(f"{runs} runs per command row, rows interleaved; image {image}")
-    print(f"{'':26} {'p50':>9} {'p90':>9} {'p50 / floor':>12}")
+    if times:
+        print(f"{runs} runs per command row, rows interleaved; image {image}")
+        print(f"{'':26} {'p50':>9} {'p90':>9} {'p50 / floor':>12}")
     for name, values in times.items():
         floor = times["sdk exec_run: " + name.split(": ", 1)[1]]
         p50 = percentile(values, 0.5)
         ratio = p50 / percentile(floor, 0.5)
         print(f"{name:26} {p50 * 1e3:7.1f}ms {percentile(values, 0.9) * 1e3:7.1f}ms {ratio:11.2f}x")
-    print(f"\n{opens} opens per row, alternating")
+    print(
+        f"\n{opens} opens per row, alternating; the floor's network: {network}"
+        + ("" if times else f"; image {image}")
+    )
     print(f"{'':26} {'p50':>9} {'max':>9} {'p50 / floor':>12}")
     for name, values in open_times.items():
         p50 = percentile(values, 0.5)
@@ -317,7 +339,7 @@ def report(
         ("http plain: true", "sdk exec_run: true", 1.3),
         ("http plain: cat 1 MiB", "sdk exec_run: cat 1 MiB", 1.3),
     ]
-    for row, floor, target in checks:
+    for row, floor, target in checks if times else []:
         got = ratio(row, floor)
         said = "met" if got <= target else "MISSED"
         print(f"  {row:26} {got:5.2f}x  (target <= {target:.2f}x) {said}")

@@ -1,6 +1,6 @@
-"""Files in and out, on every backend: tar uploads keep modes and owners, `upload_file` sets
-both, downloads cut each file at the cap with the archive module's note and count the cuts,
-and a missing path is a `SandboxError`."""
+"""Files in and out, on every backend: tar uploads keep modes and owners, a spec's `files` are
+there once the sandbox is, `upload_file` sets both, downloads cut each file at the cap with the
+archive module's note and count the cuts, and a missing path is a `SandboxError`."""
 
 from __future__ import annotations
 
@@ -28,6 +28,22 @@ async def test_an_uploaded_tar_comes_back_the_same(
     assert inside.output == "alpha\nbeta\n"
     assert cut == []
     assert (tmp_path / "box" / "a.txt").read_bytes() == b"alpha\n"
+    assert (tmp_path / "box" / "deep" / "b.txt").read_bytes() == b"beta\n"
+
+
+async def test_files_in_the_spec_are_there_once_the_sandbox_is(
+    backend: BackendUnderTest, tmp_path: Path
+) -> None:
+    archive = tar_of_files(
+        {"box/a.txt": b"alpha\n", "box/deep/b.txt": (b"beta\n", 0o600)},
+        dirs={"box": 0o755, "box/deep": 0o777},
+    )
+    async with backend.sandbox(files=archive) as sandbox:
+        inside = await sandbox.exec("cat /box/a.txt /box/deep/b.txt")
+        cut = await sandbox.download("/box", tmp_path, file_cap=1024)
+
+    assert inside.output == "alpha\nbeta\n"
+    assert cut == []
     assert (tmp_path / "box" / "deep" / "b.txt").read_bytes() == b"beta\n"
 
 
