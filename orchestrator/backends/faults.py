@@ -9,7 +9,7 @@ wrapped: every call goes through unless its fault is set. It works over the fake
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,17 +17,14 @@ from typing import Any
 from orchestrator.common.errors import ImageBuildError, SandboxError
 from orchestrator.sandbox import (
     Backend,
-    Capabilities,
     ExecResult,
     ImageOutcome,
     ImagePlan,
-    Leftover,
-    LocalImages,
     Sandbox,
     SandboxSpec,
 )
 from orchestrator.sandbox.commands import SandboxCommand, shell_of
-from orchestrator.sandbox.wrapper import SandboxWrapper
+from orchestrator.sandbox.wrapper import BackendWrapper, SandboxWrapper
 from orchestrator.tasks.task import Task
 from relay.commands import Signal
 
@@ -85,24 +82,13 @@ class FaultySandbox(SandboxWrapper):
         await self.inner.destroy()
 
 
-class FaultyBackend(Backend):
+class FaultyBackend(BackendWrapper):
     """`inner` with `faults` injected into its builds, creates and sandboxes."""
 
     def __init__(self, inner: Backend, faults: Faults) -> None:
-        self.inner, self.faults = inner, faults
-        self.name = inner.name
+        super().__init__(inner)
+        self.faults = faults
         self.created: list[FaultySandbox] = []  # every sandbox made, removed or not
-
-    async def capabilities(self) -> Capabilities:
-        return await self.inner.capabilities()
-
-    async def local_images(self, refs: Sequence[str]) -> LocalImages | None:
-        return await self.inner.local_images(refs)
-
-    async def plan_image(
-        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
-    ) -> ImagePlan:
-        return await self.inner.plan_image(task, base_image_map, force_build=force_build)
 
     async def ensure_image(
         self,
@@ -124,11 +110,3 @@ class FaultyBackend(Backend):
         sandbox = FaultySandbox(await self.inner.create_sandbox(spec), self.faults)
         self.created.append(sandbox)
         return sandbox
-
-    async def find_leftovers(
-        self, *, owner: str | None = None, job: str | None = None
-    ) -> list[Leftover]:
-        return await self.inner.find_leftovers(owner=owner, job=job)
-
-    async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
-        return await self.inner.remove_leftovers(leftovers)

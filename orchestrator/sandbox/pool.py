@@ -33,7 +33,6 @@ import logging
 import tarfile
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -43,15 +42,10 @@ from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import finish_shielded
 from orchestrator.sandbox.backend import (
     Backend,
-    Capabilities,
-    ImageOutcome,
-    ImagePlan,
-    Leftover,
-    LocalImages,
 )
 from orchestrator.sandbox.protocol import Sandbox, SlotSandbox
 from orchestrator.sandbox.spec import SLOT_DIR, SandboxSpec
-from orchestrator.tasks.task import Task
+from orchestrator.sandbox.wrapper import BackendWrapper
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +143,7 @@ class _Shape:
         return len(self.idle) + len(self.making)
 
 
-class PooledBackend(Backend):
+class PooledBackend(BackendWrapper):
     """`inner`'s sandboxes, taken from warm pools when one of the shape waits."""
 
     def __init__(
@@ -161,8 +155,7 @@ class PooledBackend(Backend):
     ) -> None:
         if size < 1:
             raise ValueError(f"a warm pool holds at least 1 sandbox per shape, not {size}")
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.size = size
         self.max_sandboxes = max_sandboxes if max_sandboxes is not None else 4 * size
         self.taken = 0  # how many trials took a pooled sandbox
@@ -170,39 +163,6 @@ class PooledBackend(Backend):
         self._memory_mb: int | None = None  # the engine's, read with the first create
         self._slot_mount: str | None = None  # each pooled sandbox's own slot folder, if any
         self._closed = False
-
-    # -- what the inner backend answers ---------------------------------------------------------
-
-    async def capabilities(self) -> Capabilities:
-        return await self.inner.capabilities()
-
-    async def local_images(self, refs: Sequence[str]) -> LocalImages | None:
-        return await self.inner.local_images(refs)
-
-    async def plan_image(
-        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
-    ) -> ImagePlan:
-        return await self.inner.plan_image(task, base_image_map, force_build=force_build)
-
-    async def ensure_image(
-        self,
-        task: Task,
-        base_image_map: Mapping[str, str] | None = None,
-        *,
-        plan: ImagePlan | None = None,
-        force_build: bool = False,
-    ) -> ImageOutcome:
-        return await self.inner.ensure_image(
-            task, base_image_map, plan=plan, force_build=force_build
-        )
-
-    async def find_leftovers(
-        self, *, owner: str | None = None, job: str | None = None
-    ) -> list[Leftover]:
-        return await self.inner.find_leftovers(owner=owner, job=job)
-
-    async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
-        return await self.inner.remove_leftovers(leftovers)
 
     # -- sandboxes --------------------------------------------------------------------------
 

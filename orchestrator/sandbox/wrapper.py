@@ -1,15 +1,25 @@
-"""A sandbox that wraps another: every call goes to `inner` unless a subclass says otherwise.
+"""A sandbox, or a backend, that wraps another: every call goes to `inner` unless a subclass
+says otherwise.
 
 The trial's `GuardedSandbox` (its logs saved before the relay destroys) and the fault
-wrapper's `FaultySandbox` (engine calls failing on demand) each override the few calls they
-change and inherit the rest from here.
+wrapper's `FaultySandbox` (engine calls failing on demand) each override the few sandbox calls
+they change and inherit the rest from `SandboxWrapper`; the fault wrapper's `FaultyBackend`,
+the warm pools' `PooledBackend` and a Ray node's announcing backend do the same with
+`BackendWrapper`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from orchestrator.sandbox.backend import (
+    Backend,
+    ImageOutcome,
+    ImagePlan,
+    Leftover,
+    LocalImages,
+)
 from orchestrator.sandbox.commands import SandboxCommand
 from orchestrator.sandbox.protocol import (
     Capabilities,
@@ -18,6 +28,8 @@ from orchestrator.sandbox.protocol import (
     ImageDefaults,
     Sandbox,
 )
+from orchestrator.sandbox.spec import SandboxSpec
+from orchestrator.tasks.task import Task
 
 
 class SandboxWrapper:
@@ -78,3 +90,45 @@ class SandboxWrapper:
 
     async def destroy(self) -> None:
         await self.inner.destroy()
+
+
+class BackendWrapper(Backend):
+    """Delegates the whole `Backend` interface to `inner`."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def capabilities(self) -> Capabilities:
+        return await self.inner.capabilities()
+
+    async def local_images(self, refs: Sequence[str]) -> LocalImages | None:
+        return await self.inner.local_images(refs)
+
+    async def plan_image(
+        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
+    ) -> ImagePlan:
+        return await self.inner.plan_image(task, base_image_map, force_build=force_build)
+
+    async def ensure_image(
+        self,
+        task: Task,
+        base_image_map: Mapping[str, str] | None = None,
+        *,
+        plan: ImagePlan | None = None,
+        force_build: bool = False,
+    ) -> ImageOutcome:
+        return await self.inner.ensure_image(
+            task, base_image_map, plan=plan, force_build=force_build
+        )
+
+    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        return await self.inner.create_sandbox(spec)
+
+    async def find_leftovers(
+        self, *, owner: str | None = None, job: str | None = None
+    ) -> list[Leftover]:
+        return await self.inner.find_leftovers(owner=owner, job=job)
+
+    async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
+        return await self.inner.remove_leftovers(leftovers)

@@ -33,15 +33,13 @@ from orchestrator.executors.placement import PlacedWork
 from orchestrator.executors.ray.parcels import TaskParcel, Unpacker
 from orchestrator.sandbox import (
     Backend,
-    Capabilities,
     ImageOutcome,
     ImagePlan,
     Leftover,
-    Sandbox,
-    SandboxSpec,
 )
 from orchestrator.sandbox.backend_config import RayBackendConfig
 from orchestrator.sandbox.pool import PooledBackend
+from orchestrator.sandbox.wrapper import BackendWrapper
 from orchestrator.tasks.task import Task
 from orchestrator.trials.result import NodeInfo
 
@@ -56,21 +54,13 @@ class ImageReady:
     digest: str
 
 
-class _Announcing(Backend):
+class _Announcing(BackendWrapper):
     """The node's backend as a trial sees it: after its image is there, the driver hears
     so (other trials of the same task may then pull it from the registry)."""
 
     def __init__(self, inner: Backend, announce: Callable[[], None]) -> None:
-        self.inner, self._announce = inner, announce
-        self.name = inner.name
-
-    async def capabilities(self) -> Capabilities:
-        return await self.inner.capabilities()
-
-    async def plan_image(
-        self, task: Task, base_image_map: Mapping[str, str], *, force_build: bool = False
-    ) -> ImagePlan:
-        return await self.inner.plan_image(task, base_image_map, force_build=force_build)
+        super().__init__(inner)
+        self._announce = announce
 
     async def ensure_image(
         self,
@@ -86,17 +76,6 @@ class _Announcing(Backend):
             )
         finally:
             self._announce()
-
-    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
-        return await self.inner.create_sandbox(spec)
-
-    async def find_leftovers(
-        self, *, owner: str | None = None, job: str | None = None
-    ) -> list[Leftover]:
-        return await self.inner.find_leftovers(owner=owner, job=job)
-
-    async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
-        return await self.inner.remove_leftovers(leftovers)
 
 
 def _node_backend(config: RayBackendConfig, limits: Limits) -> Backend:
