@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 SCOPE_UNAVAILABLE_EXIT = 125
 SCOPE_MARKER = "trialbox-relay:scope-unavailable"
+# Where the pid files go unless the supervisor is told otherwise; a trial's /logs skeleton
+# has it already, so the launcher starts no `mkdir`.
+STATE_DIR = "/logs/agent/.relay"
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,9 @@ def launcher_script(paths: LaunchPaths, subject: str, *, has_env: bool) -> str:
     q = shlex.quote
     env_file = q(paths.env_file)
     lines = [
-        f"if ! {{ mkdir -p {q(paths.state_dir)} && echo $$ > {q(paths.pid_file)}; }} 2>/dev/null;"
+        # The state folder is usually there (the trial's skeleton has it): no `mkdir` then.
+        f"if ! {{ {{ [ -d {q(paths.state_dir)} ] || mkdir -p {q(paths.state_dir)}; }}"
+        f" && echo $$ > {q(paths.pid_file)}; }} 2>/dev/null;"
         f" then rm -f {env_file}; echo {q(paths.scope_marker)} >&2;"
         f" exit {SCOPE_UNAVAILABLE_EXIT}; fi",
     ]

@@ -29,7 +29,7 @@ from relay.commands import (
     Signal,
     UserIds,
 )
-from relay.launcher import SCOPE_UNAVAILABLE_EXIT, LaunchPaths, env_file_text
+from relay.launcher import SCOPE_UNAVAILABLE_EXIT, STATE_DIR, LaunchPaths, env_file_text
 from relay.outcome import TIMEOUT_EXIT_CODE, Ending, RelayOutcome, RelayPolicy
 from relay.protocol import Command, ExecOutput, HostStoppable, RelaySandbox
 
@@ -48,7 +48,7 @@ class Relay:
         sandbox: RelaySandbox,
         *,
         policy: RelayPolicy | None = None,
-        state_dir: str = "/logs/agent/.relay",
+        state_dir: str = STATE_DIR,
         stdout: str = "/logs/agent/stdout.txt",
         stderr: str = "/logs/agent/stderr.txt",
     ) -> None:

@@ -14,7 +14,6 @@ healthcheck, an agent's command) stays a plain string. `SandboxCommand` is what 
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -170,19 +169,30 @@ class RunVerifier:
     mark: str
 
     def shell(self) -> str:
-        verifier = paths.VERIFIER_DIR
+        return f"{self.test_sh()}\n{self.snapshot()}"
+
+    @staticmethod
+    def test_sh(limit: tuple[float, float] | None = None) -> str:
+        """The line that runs tests/test.sh and keeps its exit in `rc`; under `timeout` when
+        `limit` (seconds and the KILL's grace) is given."""
+        bounded = "" if limit is None else f"timeout -k {limit[1]:g} {limit[0]:.3f} "
         return (
-            f"MARK={self.mark}; CAP={SNAPSHOT_CAP + 1}\n"
-            f"$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh >{VERIFIER_STDOUT} 2>&1 "
-            "</dev/null\n"
-            "rc=$?\n"
-            "if command -v od >/dev/null 2>&1 && command -v dd >/dev/null 2>&1; then\n"
+            f"{bounded}$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh "
+            f">{VERIFIER_STDOUT} 2>&1 </dev/null\nrc=$?"
+        )
+
+    def snapshot(self) -> str:
+        """The reward files as hex behind the mark (one `od` per file), then exit as test.sh
+        did. An image without `od` prints no snapshot."""
+        return (
+            f"MARK={self.mark}\n"
+            "if command -v od >/dev/null 2>&1; then\n"
             f"  for f in {' '.join(REWARD_FILES)}; do\n"
-            f"    p={verifier}/$f\n"
+            f"    p={paths.VERIFIER_DIR}/$f\n"
             '    if [ -L "$p" ] || { [ -e "$p" ] && [ ! -f "$p" ]; }; then echo "$MARK $f '
             f'{NOT_A_FILE}"\n'
             '    elif [ -f "$p" ]; then echo "$MARK $f"; '
-            'dd if="$p" bs=$CAP count=1 2>/dev/null | od -An -v -tx1; fi\n'
+            f'od -An -v -tx1 -N {SNAPSHOT_CAP + 1} "$p"; fi\n'
             "  done\n"
             '  echo "$MARK end"\n'
             "fi\n"
@@ -207,13 +217,15 @@ class RunVerifier:
 
 @dataclass(frozen=True)
 class PrepareAndVerify:
-    """`PrepareVerifier`, then what the host uploaded into `staged` (a root-only folder whose
-    name no agent could guess, uploaded after the agent ended) moved into place, then
-    `RunVerifier` under its own time limit (`limit`: seconds and the KILL's grace, as the
-    exec's own): one root exec where there were three and two uploads. `PREPARED` after the
-    run's mark ends the first part, so a prepare that failed is told from test.sh's exit.
-    `hand_over`: `staged` holds a trajectory.json that becomes the agent's unless the agent
-    saved its own (`HANDED_OVER` says it did)."""
+    """`PrepareVerifier`, then the tests the host uploaded as `staged` (a root-only folder
+    whose name no agent could guess, uploaded after the agent ended) moved into place as
+    /tests, then tests/test.sh under its own time limit (`limit`: seconds and the KILL's
+    grace, as the exec's own) and `RunVerifier`'s snapshot: one root exec where there were
+    three and two uploads. `PREPARED` after the run's mark ends the first part, so a prepare
+    that failed is told from test.sh's exit. `hand_over`: `conversation` (beside `staged`)
+    holds a trajectory.json that becomes the agent's unless the agent saved its own
+    (`HANDED_OVER` says it did). Each program started costs the engine a few ms: `mv` is the
+    only one the happy path adds to the repair's `ls` and the run's."""
 
     prepare: PrepareVerifier
     run: RunVerifier
@@ -228,11 +240,21 @@ class PrepareAndVerify:
     def parts(self) -> tuple[PrepareVerifier, RunVerifier]:
         return self.prepare, self.run
 
+    @property
+    def conversation(self) -> str:
+        """Where the upload puts the conversation to hand over."""
+        return self.conversation_beside(self.staged)
+
+    @staticmethod
+    def conversation_beside(staged: str) -> str:
+        return f"{staged}.trajectory.json"
+
     def shell(self) -> str:
         mark, trajectory = self.run.mark, f"{paths.AGENT_DIR}/trajectory.json"
         hand_over = (
             f't={trajectory}; if [ ! -e "$t" ] && [ ! -L "$t" ]; then '
-            f'mv -f {self.staged}/trajectory.json "$t" && echo "{mark} {self.HANDED_OVER}"; fi\n'
+            f'mv -f {self.conversation} "$t" && echo "{mark} {self.HANDED_OVER}"; '
+            f"else rm -f {self.conversation}; fi\n"
             if self.hand_over
             else ""
         )
@@ -240,10 +262,9 @@ class PrepareAndVerify:
             f"{self.prepare.shell()}\n"
             # Back after the repair (a leftover's doing): not `mv` into it, the long way instead.
             f"{{ [ -e {paths.TESTS_DIR} ] || [ -L {paths.TESTS_DIR} ]; }} && exit 1\n"
-            f"mv {self.staged}/tests {paths.TESTS_DIR} || exit 1\n{hand_over}"
-            f'rm -rf {self.staged}; echo "{mark} {self.PREPARED}"\n'
-            f"exec timeout -k {self.limit[1]:g} {self.limit[0]:.3f} sh -c "
-            f"{shlex.quote(self.run.shell())}"
+            f"mv {self.staged} {paths.TESTS_DIR} || exit 1\n{hand_over}"
+            f'echo "{mark} {self.PREPARED}"\n'
+            f"{self.run.test_sh(self.limit)}\n{self.run.snapshot()}"
         )
 
     def answer(self, prepared: str, handed_over: bool, run: str) -> str:

@@ -26,6 +26,7 @@ from orchestrator.common.errors import TaskError
 from orchestrator.common.ids import check_id
 from orchestrator.tasks.task import Task
 from orchestrator.tasks.tree import check_tree, checksum_tree
+from relay.launcher import STATE_DIR as RELAY_STATE_DIR
 
 LABEL_KEY = "label"
 
@@ -85,6 +86,7 @@ def skeleton_tar(container_input: ContainerInput) -> bytes:
             paths.AGENT_DIR.lstrip("/"): 0o777,
             paths.ARTIFACTS_DIR.lstrip("/"): 0o777,
             paths.VERIFIER_DIR.lstrip("/"): 0o755,
+            RELAY_STATE_DIR.lstrip("/"): 0o777,  # the agent's user writes its pid there
         },
     )
 

@@ -131,7 +131,7 @@ class RewardSnapshot:
 def parse_snapshot(output: str, mark: str) -> RewardSnapshot | None:
     """The snapshot in the verifier exec's output (`sandbox.commands.RunVerifier` prints it: a
     `MARK name` line, the file as `od` hex, per file there; `MARK name other` for one that is
-    no regular file; `MARK end` last), or None when it is not there whole (no `od`/`dd` in
+    no regular file; `MARK end` last), or None when it is not there whole (no `od` in
     the image, the exec cut short)."""
     if f"{mark} end" not in output.splitlines():
         return None

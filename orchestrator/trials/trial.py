@@ -113,6 +113,7 @@ from orchestrator.trials.verifier import (
     fits_one_exec,
     prepare_verifier,
     staged_folder,
+    staged_paths,
     verify,
     verify_at_once,
 )
@@ -572,7 +573,7 @@ class Trial:
                     self.link.handed_over()
                 self.verifier_run = done.run
                 return
-            leftover: tuple[str, ...] = (folder,)
+            leftover = staged_paths(folder)
         else:
             leftover = ()
         # First: what the agent did to the framework's folders is undone before anything lands.

@@ -228,6 +228,12 @@ def staged_folder() -> str:
     return f"/.trialbox-verifier-{token_hex(8)}"
 
 
+def staged_paths(staged: str) -> tuple[str, ...]:
+    """What `verify_at_once` may have left when it returned None: the tests' folder and the
+    conversation beside it."""
+    return staged, PrepareAndVerify.conversation_beside(staged)
+
+
 async def verify_at_once(
     sandbox: Sandbox,
     tests_dir: Path,
@@ -242,16 +248,13 @@ async def verify_at_once(
     exec (only where `fits_one_exec`); `trajectory`: the conversation to hand over. None
     when the prepare part did not finish (every pid taken, a folder it could not fix): go
     step by step then, removing `staged`. Raises as `verify` does."""
-    top = staged.lstrip("/")
-    files = {} if trajectory is None else {f"{top}/trajectory.json": (trajectory, 0o644)}
-    tar = await run_blocking(
-        tar_of_dir, tests_dir, f"{top}/tests", top_mode=0o700, dirs={top: 0o700}, files=files
-    )
     mark = f"trialbox-reward-{token_hex(8)}"
     command = PrepareAndVerify(
         PrepareVerifier(), RunVerifier(mark), staged, hand_over=trajectory is not None,
         limit=(setup.timeout_sec, limits.exec_kill_after_sec),
     )  # fmt: skip
+    files = {} if trajectory is None else {command.conversation.lstrip("/"): (trajectory, 0o600)}
+    tar = await run_blocking(tar_of_dir, tests_dir, staged.lstrip("/"), top_mode=0o700, files=files)
     try:
         await sandbox.upload(tar, "/")
         outcome = await sandbox.exec(
@@ -296,14 +299,14 @@ def where_to_look(run: VerifierRun | None, logs_dir: Path) -> str:
 
 async def score(run: VerifierRun | None, logs_dir: Path) -> tuple[dict[str, float], list[str]]:
     """The rewards as the files stood when tests/test.sh exited, and a warning per file whose
-    collected copy differs; without a snapshot (no `od`/`dd` in the image), the collected
+    collected copy differs; without a snapshot (no `od` in the image), the collected
     copy, with a warning saying so. Raises RewardFileError."""
     verifier_dir = logs_dir / "verifier"
     if run is None or run.snapshot is None:
         note = (
             "the reward was read from the collected copy of /logs/verifier, not as it stood "
             "when tests/test.sh exited (the verifier's exec printed no snapshot: is there no "
-            "od or dd in the image?): a process left running could have changed it"
+            "od in the image?): a process left running could have changed it"
         )
         return await read_rewards(verifier_dir), [note]
     rewards = run.snapshot.rewards()

@@ -96,9 +96,12 @@ async def test_a_verifier_s_leftover_rewriting_the_reward_cannot_change_the_scor
 ) -> None:
     """test.sh writes 1 and leaves a process that, once the verifier's exec is over (its
     snapshot printed), empties and rewrites reward.txt for a while (bounded: about 3 s). Was
-    0 or `validation` at random; now always the 1 test.sh left, whatever was collected."""
+    0 or `validation` at random; now always the 1 test.sh left, whatever was collected.
+    The exec's shell is test.sh's grandparent (a `timeout` is between them), which outlives
+    the snapshot."""
     test_sh = (
-        "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\nrun=$PPID\n"
+        "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"
+        "set -- $(cat /proc/$PPID/stat); run=$4\n"
         "nohup sh -c 'while kill -0 '$run' 2>/dev/null; do sleep 0.01; done; i=0; "
         "while [ $i -lt 150 ]; do : > /logs/verifier/reward.txt; sleep 0.01; "
         "echo 0 > /logs/verifier/reward.txt; sleep 0.01; i=$((i + 1)); done' "

@@ -53,7 +53,7 @@ def test_a_whole_snapshot_gives_the_files_and_reward_json_wins() -> None:
     "output",
     [
         printed({"reward.txt": b"1\n"}, end=False),  # the exec cut short
-        "no od or dd in the image: nothing printed\n",
+        "no od in the image: nothing printed\n",
         printed({"reward.txt": b"1\n"}).replace(MARK, "trialbox-reward-another"),
         f"{MARK} reward.txt\n 3\n{MARK} end\n",  # half a byte
         f"{MARK} reward.txt\n zz 0a\n{MARK} end\n",  # not hex

@@ -262,13 +262,12 @@ class FakeSandbox:
 
     async def _at_once(self, command: PrepareAndVerify, call: ExecCall) -> int:
         """The staged tests (and conversation) moved into place, then the run."""
-        staged = self.path(command.staged)
         trajectory = self.path(f"{paths.AGENT_DIR}/trajectory.json")
         handed_over = command.hand_over and not trajectory.exists() and not trajectory.is_symlink()
-        (staged / "tests").rename(self.path(paths.TESTS_DIR))
+        self.path(command.staged).rename(self.path(paths.TESTS_DIR))
         if handed_over:
-            (staged / "trajectory.json").rename(trajectory)
-        shutil.rmtree(staged)
+            self.path(command.conversation).rename(trajectory)
+        self.path(command.conversation).unlink(missing_ok=True)
         call.print(command.answer("", handed_over, ""))
         try:
             return await asyncio.wait_for(self._run_verifier(command.run, call), command.limit[0])
