@@ -224,14 +224,15 @@ class PrepareAndVerify:
     three and two uploads. `PREPARED` after the run's mark ends the first part, so a prepare
     that failed is told from test.sh's exit. `hand_over`: `conversation` (beside `staged`)
     holds a trajectory.json that becomes the agent's unless the agent saved its own
-    (`HANDED_OVER` says it did). Each program started costs the engine a few ms: `mv` is the
-    only one the happy path adds to the repair's `ls` and the run's."""
+    (`HANDED_OVER` says it did). `copied`: `staged` is in the sandbox's read-only slot
+    folder, written there from the host (no upload): copied, not moved."""
 
     prepare: PrepareVerifier
     run: RunVerifier
     staged: str
     limit: tuple[float, float]
     hand_over: bool = False
+    copied: bool = False  # `staged` is in a read-only mount: copy, never move
 
     PREPARED = "prepared"
     HANDED_OVER = "handed-over"
@@ -251,18 +252,20 @@ class PrepareAndVerify:
 
     def shell(self) -> str:
         mark, trajectory = self.run.mark, f"{paths.AGENT_DIR}/trajectory.json"
+        put, put_file = ("cp -R", "cp") if self.copied else ("mv", "mv -f")
+        unused = "" if self.copied else f"else rm -f {self.conversation}; "
         hand_over = (
             f't={trajectory}; if [ ! -e "$t" ] && [ ! -L "$t" ]; then '
-            f'mv -f {self.conversation} "$t" && echo "{mark} {self.HANDED_OVER}"; '
-            f"else rm -f {self.conversation}; fi\n"
+            f'{put_file} {self.conversation} "$t" && echo "{mark} {self.HANDED_OVER}"; '
+            f"{unused}fi\n"
             if self.hand_over
             else ""
         )
         return (
             f"{self.prepare.shell()}\n"
-            # Back after the repair (a leftover's doing): not `mv` into it, the long way instead.
+            # Back after the repair (a leftover's doing): not into it, the long way instead.
             f"{{ [ -e {paths.TESTS_DIR} ] || [ -L {paths.TESTS_DIR} ]; }} && exit 1\n"
-            f"mv {self.staged} {paths.TESTS_DIR} || exit 1\n{hand_over}"
+            f"{put} {self.staged} {paths.TESTS_DIR} || exit 1\n{hand_over}"
             f'echo "{mark} {self.PREPARED}"\n'
             f"{self.run.test_sh(self.limit)}\n{self.run.snapshot()}"
         )

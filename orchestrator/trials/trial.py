@@ -60,6 +60,7 @@ from orchestrator.sandbox.engine_calls import counting
 from orchestrator.sandbox.pool import PoolableSandbox
 from orchestrator.sandbox.protocol import SlotSandbox
 from orchestrator.sandbox.services import Services
+from orchestrator.sandbox.spec import SLOT_DIR
 from orchestrator.tasks.compose import compose_file
 from orchestrator.tasks.task import Task
 from orchestrator.trials.agents import Agent
@@ -108,12 +109,11 @@ from orchestrator.trials.verdict import (
     score_the_verifier,
 )
 from orchestrator.trials.verifier import (
+    Staging,
     VerifierRun,
     VerifierSetup,
     fits_one_exec,
     prepare_verifier,
-    staged_folder,
-    staged_paths,
     verify,
     verify_at_once,
 )
@@ -345,7 +345,9 @@ class Trial:
         context = self.context
         capabilities = await self.backend.capabilities()
         model_mount = self._plan_model_link(capabilities)
-        slot_mount = model_mount  # the egress proxy's socket goes in the same folder
+        # The egress proxy's socket goes in the same folder, and the verifier's tests/ on
+        # their way in (`verifier.Staging`): a sandbox gets one wherever it can be mounted.
+        slot_mount = model_mount or (SLOT_DIR if capabilities.host_mounts else None)
         if self.egress is not None:
             slot_mount = self.egress.slot_mount(capabilities, self.task.path / "task.toml")
         forwarder = None if self.agent.on_host else self.link  # the gateway's, in the sandbox
@@ -372,7 +374,7 @@ class Trial:
         self.result.sandbox_from_pool = isinstance(sandbox, PoolableSandbox) and (sandbox.adopted)
         if self.link is not None:
             folder = sandbox.slot_folder if isinstance(sandbox, SlotSandbox) else None
-            if slot_mount is not None and folder is None:
+            if model_mount is not None and folder is None:
                 raise SandboxError(f"sandbox {sandbox.name} was made without its slot folder")
             await self.link.open(trial_id=self.trial_id, rollout_id=self.rollout_id,
                                  folder=folder if model_mount is not None else None)  # fmt: skip
@@ -562,10 +564,10 @@ class Trial:
         if egress_env:
             setup = dataclasses.replace(setup, env={**setup.env, **egress_env})
         if fits_one_exec(setup):  # the usual verifier: one upload and one exec
-            folder = staged_folder()
+            staging = Staging.for_sandbox(sandbox)
             done = await verify_at_once(
                 sandbox, staged.tests_dir, setup, self.limits, memory_mb=self.context.memory_mb,
-                staged=folder, trajectory=self._trajectory_for_verifier(),
+                staging=staging, trajectory=self._trajectory_for_verifier(),
             )  # fmt: skip
             if done is not None:
                 self.result.warnings.extend(done.notes)
@@ -573,7 +575,7 @@ class Trial:
                     self.link.handed_over()
                 self.verifier_run = done.run
                 return
-            leftover = staged_paths(folder)
+            leftover = staging.leftovers
         else:
             leftover = ()
         # First: what the agent did to the framework's folders is undone before anything lands.

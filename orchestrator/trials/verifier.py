@@ -25,6 +25,7 @@ since the exec that repairs as root cannot then run test.sh as that user.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,8 @@ from orchestrator.sandbox.commands import (
     PrepareVerifier,
     RunVerifier,
 )
+from orchestrator.sandbox.protocol import SlotSandbox
+from orchestrator.sandbox.spec import SLOT_DIR
 from orchestrator.trials.faults import explained, free_pids, raise_if_going
 from orchestrator.trials.rewards import (
     RewardSnapshot,
@@ -223,15 +226,47 @@ def fits_one_exec(setup: VerifierSetup) -> bool:
     return setup.owner == (0, 0) and not setup.stop_leftovers
 
 
-def staged_folder() -> str:
-    """A folder for `verify_at_once`'s upload, under a name no agent could guess."""
-    return f"/.trialbox-verifier-{token_hex(8)}"
+@dataclass(frozen=True)
+class Staging:
+    """Where `verify_at_once` puts tests/ (and the conversation beside it) before its exec,
+    under a name no agent could guess: `inside`, the folder in the sandbox; `host`, the same
+    folder on this host when it is in the sandbox's own slot folder (mounted read-only at
+    `SLOT_DIR`, root-only): written there, copied into place by the exec, no upload (an
+    upload costs the engine about as much CPU as two execs). Else None: uploaded, moved."""
 
+    inside: str
+    host: Path | None = None
 
-def staged_paths(staged: str) -> tuple[str, ...]:
-    """What `verify_at_once` may have left when it returned None: the tests' folder and the
-    conversation beside it."""
-    return staged, PrepareAndVerify.conversation_beside(staged)
+    @classmethod
+    def for_sandbox(cls, sandbox: Sandbox) -> Staging:
+        name = f"verifier-{token_hex(8)}"
+        slot = sandbox.slot_folder if isinstance(sandbox, SlotSandbox) else None
+        if slot is None:
+            return cls(f"/.trialbox-{name}")
+        return cls(f"{SLOT_DIR}/{name}", slot / name)
+
+    @property
+    def leftovers(self) -> tuple[str, ...]:
+        """What is left in the sandbox when the exec did not get to the tests' move."""
+        if self.host is not None:
+            return ()
+        return self.inside, PrepareAndVerify.conversation_beside(self.inside)
+
+    def write(self, tests_dir: Path, trajectory: bytes | None) -> None:
+        """Into the slot folder (`host`): tests/ as the folder, root-only, and the conversation."""
+        assert self.host is not None
+        shutil.copytree(tests_dir, self.host, symlinks=True)
+        self.host.chmod(0o700)
+        if trajectory is not None:
+            conversation = Path(PrepareAndVerify.conversation_beside(str(self.host)))
+            conversation.write_bytes(trajectory)
+            conversation.chmod(0o644)
+
+    def clear(self) -> None:
+        """The slot folder's copies gone (the exec copied them): best effort."""
+        if self.host is not None:
+            shutil.rmtree(self.host, ignore_errors=True)
+            Path(PrepareAndVerify.conversation_beside(str(self.host))).unlink(missing_ok=True)
 
 
 async def verify_at_once(
@@ -241,22 +276,31 @@ async def verify_at_once(
     limits: Limits,
     *,
     memory_mb: int,
-    staged: str,
+    staging: Staging,
     trajectory: bytes | None = None,
 ) -> VerifiedAtOnce | None:
-    """`prepare_verifier`, the upload and `verify` as one upload into `staged` and one root
-    exec (only where `fits_one_exec`); `trajectory`: the conversation to hand over. None
-    when the prepare part did not finish (every pid taken, a folder it could not fix): go
-    step by step then, removing `staged`. Raises as `verify` does."""
+    """`prepare_verifier`, the upload and `verify` as one root exec after tests/ was staged
+    (`staging`; only where `fits_one_exec`); `trajectory`: the conversation to hand over.
+    None when the prepare part did not finish (every pid taken, a folder it could not fix):
+    go step by step then, removing `staging.leftovers`. Raises as `verify` does."""
     mark = f"trialbox-reward-{token_hex(8)}"
     command = PrepareAndVerify(
-        PrepareVerifier(), RunVerifier(mark), staged, hand_over=trajectory is not None,
-        limit=(setup.timeout_sec, limits.exec_kill_after_sec),
+        PrepareVerifier(), RunVerifier(mark), staging.inside, hand_over=trajectory is not None,
+        limit=(setup.timeout_sec, limits.exec_kill_after_sec), copied=staging.host is not None,
     )  # fmt: skip
-    files = {} if trajectory is None else {command.conversation.lstrip("/"): (trajectory, 0o600)}
-    tar = await run_blocking(tar_of_dir, tests_dir, staged.lstrip("/"), top_mode=0o700, files=files)
     try:
-        await sandbox.upload(tar, "/")
+        if staging.host is not None:
+            await run_blocking(staging.write, tests_dir, trajectory)
+        else:
+            files = (
+                {}
+                if trajectory is None
+                else {command.conversation.lstrip("/"): (trajectory, 0o644)}
+            )
+            tar = await run_blocking(
+                tar_of_dir, tests_dir, staging.inside.lstrip("/"), top_mode=0o700, files=files
+            )
+            await sandbox.upload(tar, "/")
         outcome = await sandbox.exec(
             command, timeout_sec=limits.verifier_setup_sec + setup.timeout_sec, env=setup.env,
             user=setup.user,
@@ -266,6 +310,8 @@ async def verify_at_once(
         if cause is exc:
             raise
         raise cause from exc
+    finally:
+        await run_blocking(staging.clear)
     before, prepared, after = outcome.output.partition(f"{mark} {command.PREPARED}\n")
     if not prepared:
         return None

@@ -171,10 +171,14 @@ async def test_the_one_exec_s_staged_folder_is_gone_before_test_sh_and_tests_is_
     config: TrialConfig, make_task: MakeTask
 ) -> None:
     """The label waits for the one exec in a folder only root may enter, under a name no
-    agent could guess; by the time test.sh runs it is gone and /tests is root's (0700)."""
+    agent could guess: on a local engine in the sandbox's read-only slot folder, written from
+    the host (no upload). When test.sh runs, /tests is root's (0700), nothing is left at the
+    root, and the slot's copy is root's (0700) and cannot be written."""
     test_sh = (
-        "#!/bin/sh\nset -- /.trialbox-verifier-*\n"
-        '[ ! -e "$1" ] && [ "$(stat -c %a:%u /tests)" = "700:0" ] '
+        "#!/bin/sh\nset -- /.trialbox-verifier-*\nleft=$1\n"
+        "set -- /run/trialbox-gateway/verifier-*\n"
+        '[ ! -e "$left" ] && [ "$(stat -c %a:%u /tests)" = "700:0" ] '
+        '&& [ "$(stat -c %a:%u "$1")" = "700:0" ] && ! touch "$1/x" 2>/dev/null '
         "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
     )
     task = make_task("staged", test_sh=test_sh)
