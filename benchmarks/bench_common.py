@@ -7,13 +7,17 @@ from pathlib import Path
 DEFAULT_MAP = "python:3.11-slim-bookworm=trialbox-base/python3:bookworm"
 
 
-def make_task(root: Path) -> Path:
-    """A task whose agent has nothing to do and whose verifier writes 1."""
+def make_task(root: Path, *, network: bool = True) -> Path:
+    """A task whose agent has nothing to do and whose verifier writes 1; with a network (the
+    default, as in Harbor) or with none."""
     task = root / "bench-nop"
     (task / "environment").mkdir(parents=True)
     (task / "tests").mkdir()
     (task / "instruction.md").write_text("Do nothing.\n")
-    (task / "task.toml").write_text("[agent]\ntimeout_sec = 30\n[verifier]\ntimeout_sec = 30\n")
+    none = "" if network else "[environment]\nallow_internet = false\n"
+    (task / "task.toml").write_text(
+        f"{none}[agent]\ntimeout_sec = 30\n[verifier]\ntimeout_sec = 30\n"
+    )
     (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\n")
     (task / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
     return task

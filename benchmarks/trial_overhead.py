@@ -3,13 +3,16 @@
 Builds a trivial task's image once, then runs N trials (nop agent, a verifier that writes 1)
 through `run_trial`, sequentially and at concurrency 4, and in the same run the same container
 operations straight through the docker SDK (create, start, upload input, exec agent, exec
-verifier, download /logs, stop, remove): the floor. Then the same trials with a warm pool
-(`PooledBackend`, as many sandboxes per shape as the concurrency), sequentially and at
-concurrency 4 and 8. Prints p50/p95 per trial, trials per second, the start phase's p50, the
+verifier, download /logs, stop, remove): the floor. Both containers get the task's network:
+a bridge network by default (as Harbor gives a task that declares none), none with
+`--network none` (the task then says `allow_internet = false`); a bridge costs the engine
+about 40 ms more per container on this machine, at its removal. Then the same trials with a
+warm pool (`PooledBackend`, as many sandboxes per shape as the concurrency), sequentially and
+at concurrency 4 and 8. Prints p50/p95 per trial, trials per second, the start phase's p50, the
 engine requests per trial (trialbox's from `result.engine_calls`, the floor's counted on its
 client), and trialbox's ratios to the floor.
 
-    python benchmarks/trial_overhead.py [-n 20] [--base-image FROM=LOCAL]
+    python benchmarks/trial_overhead.py [-n 20] [--network public|none] [--base-image FROM=LOCAL]
 
 Targets (issue 23): without a pool, sequential p50 at most 1.25x the floor's and throughput at
 concurrency 4 at least 0.85x; with a pool, sequential p50 at most the floor's (1.0x) and the
@@ -55,12 +58,14 @@ def input_tar() -> bytes:
     return buffer.getvalue()
 
 
-def floor_trial(client: docker.DockerClient, image: str, payload: bytes) -> float:
+def floor_trial(
+    client: docker.DockerClient, image: str, payload: bytes, network_mode: str = "bridge"
+) -> float:
     """The container operations of one trial, with nothing around them."""
     started = time.perf_counter()
     container = client.containers.create(
         image, entrypoint=["sleep"], command=["infinity"], init=True, detach=True,
-        labels={"trialbox.trial": "floor"}, network_mode="none", nano_cpus=10**9,
+        labels={"trialbox.trial": "floor"}, network_mode=network_mode, nano_cpus=10**9,
         mem_limit="2048m", pids_limit=1024, security_opt=["no-new-privileges"],
     )  # fmt: skip
     try:
@@ -148,14 +153,19 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=20, help="trials per measurement (default 20)")
     parser.add_argument("--base-image", default=DEFAULT_MAP, help=f"default {DEFAULT_MAP}")
+    parser.add_argument(
+        "--network", choices=("public", "none"), default="public",
+        help="the task's network, the floor's too (default public: a bridge network)",
+    )  # fmt: skip
     args = parser.parse_args()
+    network_mode = "bridge" if args.network == "public" else "none"
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         config = TrialConfig(
             jobs_dir=root / "jobs", base_image_map=parse_image_map(args.base_image)
         )
-        task_path = make_task(root)
+        task_path = make_task(root, network=args.network == "public")
         image = (
             await default_builder().ensure_image(load_task(task_path), config.base_image_map)
         ).tag
@@ -169,14 +179,14 @@ async def main() -> None:
 
         client.api.send = counted  # the floor's requests, counted as trialbox's are
         payload = input_tar()
-        floor_job = lambda: floor_trial(client, image, payload)  # noqa: E731
+        floor_job = lambda: floor_trial(client, image, payload, network_mode)  # noqa: E731
         plain = DockerBackend(config.limits)
 
         # Warm both paths once so neither pays a first-call cost inside the measurement.
         floor_job()
         await run_trialbox(1, 1, task_path, config, plain)
 
-        print(f"image {image}, {args.n} trials per row\n")
+        print(f"image {image}, network {network_mode}, {args.n} trials per row\n")
         n = args.n
         floor_seq = report("floor (docker SDK), seq", run_floor(n, 1, floor_job, sent))
         tb_seq = report("trialbox, seq", await run_trialbox(n, 1, task_path, config, plain))

@@ -65,7 +65,8 @@ def docker_client() -> docker.DockerClient:
 
 
 def _one_pool(api: docker.APIClient) -> None:
-    """One connection pool for the engine's unix socket, whatever the request's URL.
+    """One connection pool for the engine's unix socket, whatever the request's URL, and no
+    proxy lookup for it.
 
     The SDK's unix-socket adapter keys its pools by the whole URL: every container, exec and
     query string gets a pool of its own, made with all `max_pool_size` slots filled and, past
@@ -77,6 +78,9 @@ def _one_pool(api: docker.APIClient) -> None:
     if isinstance(adapter, UnixHTTPAdapter):
         by_url = adapter.get_connection
         adapter.get_connection = lambda _url, proxies=None: by_url(api.base_url, proxies)
+        # No proxy stands between this process and a unix socket, yet requests reads the
+        # proxy variables (the whole environment) for every request: about a quarter of its CPU.
+        api.trust_env = False
 
 
 _ID_AT = {"containers": 1, "exec": 1, "networks": 1, "volumes": 1}
