@@ -75,7 +75,8 @@ class SandboxSpec(BaseModel):
         None,
         description="Where a folder of the engine's host that is the sandbox's own is mounted "
         "read-only (`SlotSandbox.slot_folder`), for a host service to bind a socket in once "
-        "the sandbox exists (the model gateway: a pooled sandbox is made before its trial); "
+        "the sandbox exists (the model gateway: a pooled sandbox is made before its trial) "
+        "and for the host to hand files in without the engine's copy (the verifier's tests); "
         "needs `Capabilities.host_mounts`. None: no such folder.",
     )
     jobs_dir: str | None = Field(

@@ -14,8 +14,9 @@ was taken); `run_verifier` runs test.sh with the reward files printed right afte
 (`RunVerifier`), and `verify` is that run judged from outside when the sandbox fails it.
 
 Most verifiers are root's and stop nothing first; for them `verify_at_once` does all three in
-one exec (`PrepareAndVerify`) after one upload, which also carries the conversation the model
-gateway hands over: each exec is about 60 ms of engine work on a trivial trial's critical
+one exec (`PrepareAndVerify`) once tests/ and the conversation the model gateway hands over
+are staged (`Staging`: written into the sandbox's slot folder on a local engine, else
+uploaded): each exec or upload is about 50 ms of engine work on a trivial trial's critical
 path. The label then waits, before the agent's paths are put back, in a root-only folder
 under a name no agent could guess; a leftover process of another user cannot enter it, and
 root's could read `/tests` in the stepwise order too. With `stop_leftovers` the steps stay
