@@ -87,6 +87,11 @@ class Leftover(BaseModel):
         None, description="The cluster node whose engine holds it; None: this host's engine."
     )
     jobs_dir: str | None = Field(None, description="Its `trialbox.jobs_dir` label.")
+    slot_folder: str | None = Field(
+        None,
+        description="Its own folder on the engine's host (`SandboxSpec.slot_mount`), removed "
+        "with it: what its maker would have removed at teardown.",
+    )
     creator: Creator | None = Field(
         None, description="The process its labels say made it; None: they name none."
     )

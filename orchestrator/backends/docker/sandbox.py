@@ -62,6 +62,14 @@ from orchestrator.sandbox.terminal import kill_session_command
 from orchestrator.tasks.compose import MAIN_SERVICE
 
 SIGNAL_TIMEOUT_SEC = 10.0  # a channel's kill exec
+SLOT_PREFIX = "tbslot-"  # a sandbox's slot folder: a folder of this host's temporary folder
+
+
+def is_slot_folder(path: str) -> bool:
+    """Whether `path` (a mount's source) is a slot folder this backend makes: only such a
+    folder is removed with a container found left over."""
+    folder = Path(path)
+    return folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith(SLOT_PREFIX)
 
 
 def _bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
@@ -167,7 +175,7 @@ class DockerSandbox:
         """
         client = docker_api.docker_client()
         # The sandbox's own folder of this host, for the gateway to bind its socket in later.
-        slot = Path(tempfile.mkdtemp(prefix="tbslot-")) if spec.slot_mount else None
+        slot = Path(tempfile.mkdtemp(prefix=SLOT_PREFIX)) if spec.slot_mount else None
         mounts = [DockerMount(m.target, m.source, type=m.kind, read_only=m.read_only)
                   for m in spec.mounts]  # fmt: skip
         if slot is not None and spec.slot_mount is not None:
