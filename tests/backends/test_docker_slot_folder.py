@@ -16,6 +16,7 @@ from orchestrator.sandbox import SandboxSpec
 from orchestrator.sandbox.spec import SLOT_DIR
 from tests.conftest import EXAMPLES, ensure_task_image
 
+
 async def made(config: TrialConfig, job: str) -> DockerSandbox:
     image = await ensure_task_image(config, EXAMPLES / "hello-oracle")
     spec = SandboxSpec(
