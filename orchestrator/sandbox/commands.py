@@ -217,8 +217,8 @@ class RunVerifier:
 
 @dataclass(frozen=True)
 class PrepareAndVerify:
-    """`PrepareVerifier`, then the tests the host uploaded as `staged` (a root-only folder
-    whose name no agent could guess, uploaded after the agent ended) moved into place as
+    """`PrepareVerifier`, then the tests the host staged as `staged` (a root-only folder
+    whose name no agent could guess, staged after the agent ended) put into place as
     /tests, then tests/test.sh under its own time limit (`limit`: seconds and the KILL's
     grace, as the exec's own) and `RunVerifier`'s snapshot: one root exec where there were
     three and two uploads. `PREPARED` after the run's mark ends the first part, so a prepare
@@ -243,7 +243,7 @@ class PrepareAndVerify:
 
     @property
     def conversation(self) -> str:
-        """Where the upload puts the conversation to hand over."""
+        """Where the host stages the conversation to hand over."""
         return self.conversation_beside(self.staged)
 
     @staticmethod

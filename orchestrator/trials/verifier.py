@@ -232,8 +232,9 @@ class Staging:
     """Where `verify_at_once` puts tests/ (and the conversation beside it) before its exec,
     under a name no agent could guess: `inside`, the folder in the sandbox; `host`, the same
     folder on this host when it is in the sandbox's own slot folder (mounted read-only at
-    `SLOT_DIR`, root-only): written there, copied into place by the exec, no upload (an
-    upload costs the engine about as much CPU as two execs). Else None: uploaded, moved."""
+    `SLOT_DIR`), in a root-only folder of its own: written there, copied into place by the
+    exec, no upload (an upload costs the engine about as much CPU as two execs). Else None:
+    uploaded to a root-only folder at the root, moved into place."""
 
     inside: str
     host: Path | None = None
@@ -244,7 +245,7 @@ class Staging:
         slot = sandbox.slot_folder if isinstance(sandbox, SlotSandbox) else None
         if slot is None:
             return cls(f"/.trialbox-{name}")
-        return cls(f"{SLOT_DIR}/{name}", slot / name)
+        return cls(f"{SLOT_DIR}/{name}/tests", slot / name / "tests")
 
     @property
     def leftovers(self) -> tuple[str, ...]:
@@ -254,8 +255,11 @@ class Staging:
         return self.inside, PrepareAndVerify.conversation_beside(self.inside)
 
     def write(self, tests_dir: Path, trajectory: bytes | None) -> None:
-        """Into the slot folder (`host`): tests/ as the folder, root-only, and the conversation."""
+        """Into the slot folder (`host`): its own folder made root-only first, so nothing in
+        it is ever readable by another user, then tests/ (0700, as /tests will be) and the
+        conversation."""
         assert self.host is not None
+        self.host.parent.mkdir(mode=0o700)
         shutil.copytree(tests_dir, self.host, symlinks=True)
         self.host.chmod(0o700)
         if trajectory is not None:
@@ -266,8 +270,7 @@ class Staging:
     def clear(self) -> None:
         """The slot folder's copies gone (the exec copied them): best effort."""
         if self.host is not None:
-            shutil.rmtree(self.host, ignore_errors=True)
-            Path(PrepareAndVerify.conversation_beside(str(self.host))).unlink(missing_ok=True)
+            shutil.rmtree(self.host.parent, ignore_errors=True)
 
 
 async def verify_at_once(
