@@ -22,7 +22,7 @@ import re
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,10 @@ import pytest
 
 from orchestrator import TrialConfig, load_task
 from orchestrator.backends import build_backend
+from orchestrator.backends.docker.backend import DockerBackend
+from orchestrator.backends.docker.sandbox import DockerSandbox
+from orchestrator.common.ids import new_id
+from orchestrator.sandbox import SandboxSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
@@ -287,6 +291,24 @@ async def ensure_task_image(config: TrialConfig, task: Path) -> str:
     backend = build_backend(config.backend, config.limits)
     built = await backend.ensure_image(load_task(task), config.base_image_map)
     return built.tag
+
+
+@contextlib.asynccontextmanager
+async def docker_sandbox(
+    config: TrialConfig, *, name: str = "sandbox", slot_mount: str | None = None
+) -> AsyncIterator[DockerSandbox]:
+    """A Docker sandbox of the hello-oracle example's image, destroyed after the block."""
+    image = await ensure_task_image(config, EXAMPLES / "hello-oracle")
+    spec = SandboxSpec(
+        image=image, trial_id=new_id(name), job_id=new_id(f"job-{name}"), owner=config.owner,
+        slot_mount=slot_mount,
+    )  # fmt: skip
+    sandbox = await DockerBackend(config.limits).create_sandbox(spec)
+    assert isinstance(sandbox, DockerSandbox)
+    try:
+        yield sandbox
+    finally:
+        await sandbox.destroy()
 
 
 class ContainerWatch:

@@ -5,14 +5,11 @@ close or the sandbox's removal. The fake backend has no channel (it is optional)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-from collections.abc import AsyncIterator
 
 import pytest
 
 from orchestrator import TrialConfig, load_task
-from orchestrator.backends.docker.backend import DockerBackend
 from orchestrator.backends.docker.inspection import KEEPALIVE_SLEEP
 from orchestrator.backends.docker.sandbox import DockerSandbox
 from orchestrator.backends.fake import FakeBackend
@@ -20,7 +17,7 @@ from orchestrator.common.errors import SandboxError
 from orchestrator.common.ids import new_id
 from orchestrator.sandbox import Sandbox, SandboxSpec
 from orchestrator.sandbox.channel import ChannelSandbox, CommandChannel, ShellChannel
-from tests.conftest import EXAMPLES, TEST_OWNER, ensure_task_image
+from tests.conftest import EXAMPLES, TEST_OWNER, docker_sandbox
 
 MB = 1 << 20
 # Every process in the sandbox but the keepalive loop (PID 1), its sleep and this listing.
@@ -30,21 +27,6 @@ OTHERS = (
     f'case "$c" in "{KEEPALIVE_SLEEP} "|"") continue;; esac; '
     'printf "%s %s\\n" "${p#/proc/}" "$c"; done'
 )
-
-
-@contextlib.asynccontextmanager
-async def docker_sandbox(config: TrialConfig) -> AsyncIterator[DockerSandbox]:
-    image = await ensure_task_image(config, EXAMPLES / "hello-oracle")
-    spec = SandboxSpec(
-        image=image, trial_id=new_id("channel"), job_id=new_id("job-channel"),
-        owner=config.owner,
-    )  # fmt: skip
-    sandbox = await DockerBackend(config.limits).create_sandbox(spec)
-    assert isinstance(sandbox, DockerSandbox)
-    try:
-        yield sandbox
-    finally:
-        await sandbox.destroy()
 
 
 async def open_channel(sandbox: DockerSandbox, user: str = "") -> ShellChannel:
@@ -81,7 +63,7 @@ async def test_the_channel_is_an_optional_capability() -> None:
 
 
 async def test_many_commands_in_sequence_with_exact_outputs(config: TrialConfig) -> None:
-    async with docker_sandbox(config) as sandbox:
+    async with docker_sandbox(config, name="channel") as sandbox:
         assert isinstance(sandbox, ChannelSandbox)
         channel = await open_channel(sandbox)
         assert isinstance(channel, CommandChannel)
@@ -123,7 +105,7 @@ async def test_many_commands_in_sequence_with_exact_outputs(config: TrialConfig)
 
 async def test_a_timed_out_command_loses_its_whole_group(config: TrialConfig) -> None:
     config.limits = config.limits.model_copy(update={"exec_kill_after_sec": 1.0})
-    async with docker_sandbox(config) as sandbox:
+    async with docker_sandbox(config, name="channel") as sandbox:
         channel = await open_channel(sandbox)
         try:
             result = await channel.run(
@@ -143,7 +125,7 @@ async def test_a_timed_out_command_loses_its_whole_group(config: TrialConfig) ->
 
 
 async def test_close_leaves_no_process(config: TrialConfig) -> None:
-    async with docker_sandbox(config) as sandbox:
+    async with docker_sandbox(config, name="channel") as sandbox:
         channel = await open_channel(sandbox)
         await channel.run("sleep 300 > /dev/null 2>&1 & (setsid sleep 301 > /dev/null 2>&1 &)")
         assert len(await others(sandbox)) >= 2  # the loop and its groups are there
@@ -161,7 +143,7 @@ async def test_close_leaves_no_process(config: TrialConfig) -> None:
 async def test_destroying_the_sandbox_with_a_channel_open_ends_cleanly(
     config: TrialConfig,
 ) -> None:
-    async with docker_sandbox(config) as sandbox:
+    async with docker_sandbox(config, name="channel") as sandbox:
         channel = await open_channel(sandbox)
         idle = await open_channel(sandbox)
         running = asyncio.ensure_future(channel.run("sleep 300", timeout_sec=120))

@@ -7,20 +7,14 @@ unless the agent saved its own, the reward is the snapshot's, and nothing staged
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from orchestrator import TrialConfig
-from orchestrator.backends.docker.backend import DockerBackend
-from orchestrator.backends.docker.sandbox import DockerSandbox
-from orchestrator.common.ids import new_id
-from orchestrator.sandbox import SandboxSpec
 from orchestrator.sandbox.spec import SLOT_DIR
 from orchestrator.trials.verifier import Staging, VerifierSetup, verify_at_once
-from tests.conftest import EXAMPLES, ensure_task_image
+from tests.conftest import docker_sandbox
 
 pytestmark = pytest.mark.docker
 
@@ -30,21 +24,6 @@ TEST_SH = (
     '[ ! -e "$1" ] && [ "$(stat -c %a:%u /tests)" = "700:0" ] && [ -x /tests/helper.sh ] '
     "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
 )
-
-
-@contextlib.asynccontextmanager
-async def sandbox_for(config: TrialConfig, *, slot: bool) -> AsyncIterator[DockerSandbox]:
-    image = await ensure_task_image(config, EXAMPLES / "hello-oracle")
-    spec = SandboxSpec(
-        image=image, trial_id=new_id("staging"), job_id=new_id("job-staging"),
-        owner=config.owner, slot_mount=SLOT_DIR if slot else None,
-    )  # fmt: skip
-    sandbox = await DockerBackend(config.limits).create_sandbox(spec)
-    assert isinstance(sandbox, DockerSandbox)
-    try:
-        yield sandbox
-    finally:
-        await sandbox.destroy()
 
 
 def make_tests(root: Path) -> Path:
@@ -60,7 +39,9 @@ def make_tests(root: Path) -> Path:
 async def test_each_staging_places_the_tests_hands_over_and_leaves_nothing(
     config: TrialConfig, tmp_path: Path, slot: bool
 ) -> None:
-    async with sandbox_for(config, slot=slot) as sandbox:
+    async with docker_sandbox(
+        config, name="staging", slot_mount=SLOT_DIR if slot else None
+    ) as sandbox:
         staging = Staging.for_sandbox(sandbox)
         assert (staging.host is not None) == slot
         assert staging.inside.startswith(SLOT_DIR if slot else "/.trialbox-verifier-")
@@ -86,7 +67,7 @@ async def test_each_staging_places_the_tests_hands_over_and_leaves_nothing(
 
 async def test_the_agent_s_own_trajectory_is_kept(config: TrialConfig, tmp_path: Path) -> None:
     """The agent saved a trajectory of its own: the conversation is not handed over."""
-    async with sandbox_for(config, slot=True) as sandbox:
+    async with docker_sandbox(config, name="staging", slot_mount=SLOT_DIR) as sandbox:
         saved = await sandbox.exec(
             "mkdir -p /logs/agent && echo mine > /logs/agent/trajectory.json"
         )
