@@ -177,7 +177,7 @@ async def _between_steps(trial: Trial, sandbox: Sandbox) -> None:
     )  # fmt: skip
     if trial.egress is not None:  # the next agent under the agent's policy again
         await trial.egress.enter_agent()
-        trial.scrubber = Scrubber(trial._secrets())  # the new verifier's credentials too
+        trial.scrubber = Scrubber(trial.secrets())  # the new verifier's credentials too
     if done.exit_code != 0:
         raise VerifierSetupError(
             f"could not empty {paths.TESTS_DIR}, {paths.VERIFIER_DIR} and {paths.AGENT_DIR} "
@@ -216,7 +216,7 @@ async def _run_step(
     with phases.enter("agent"), _timed(step.timings, "agent"):
         trial.result.agent = AgentOutcome()  # an agent that never starts has no ending
         try:
-            await trial._run_agent(sandbox, staged, turn=turn)
+            await trial.run_agent(sandbox, staged, turn=turn)
         finally:
             step.agent = trial.result.agent.model_copy()
     with phases.enter("verify"), _timed(step.timings, "verify"):
@@ -328,7 +328,7 @@ async def _verifier_setup(
     context, own_user = trial.context, section.verifier.user
     user = context.verifier_user if own_user is None else str(own_user)
     if own_user is None:
-        owner = trial._verifier_owner
+        owner = trial.verifier_owner
     else:
         owner = await user_ids(sandbox, user, named_by=f"{where}.verifier.user")
     return VerifierSetup(

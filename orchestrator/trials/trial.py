@@ -168,10 +168,10 @@ class Trial:
         self.trial_dir = Path(self.result.trial_dir)
         self.logs = LogCollector(self.trial_dir, config.limits.log_file_cap_bytes)
         self._context: TrialContext | None = None
-        self._verifier_owner = ROOT
+        self.verifier_owner = ROOT  # the verifier user's (uid, gid), resolved at the start
         self._separate: SeparateVerifier | None = None  # a verifier in a sandbox of its own
         self.artifacts: ArtifactCollector | None = None  # the task's, once copied
-        self.scrubber = Scrubber(self._secrets())
+        self.scrubber = Scrubber(self.secrets())
         self.sandbox: Sandbox | None = None
         self.services: Services | None = None  # the task's Compose services (services.py)
         self.relay_outcome: RelayOutcome | None = None
@@ -202,7 +202,7 @@ class Trial:
                     await run_steps(self, sandbox, staged, phases)
                 else:
                     with phases.enter("agent"):
-                        await self._run_agent(sandbox, staged)
+                        await self.run_agent(sandbox, staged)
                     with phases.enter("verify"):
                         await self.verify_work(sandbox, staged)
                         verified = True
@@ -263,7 +263,7 @@ class Trial:
         self.egress = EgressLink.planned(context.network, self.config.egress_hosts)
         if self.egress is not None:  # refused before any build where it cannot be enforced
             self.egress.slot_mount(capabilities, self.task.path / "task.toml")
-        self.scrubber = Scrubber(self._secrets(context))
+        self.scrubber = Scrubber(self.secrets(context))
         return context
 
     def _refuse_what_a_separate_verifier_cannot_join(self) -> None:
@@ -378,7 +378,7 @@ class Trial:
                 raise SandboxError(f"sandbox {sandbox.name} was made without its slot folder")
             await self.link.open(trial_id=self.trial_id, rollout_id=self.rollout_id,
                                  folder=folder if model_mount is not None else None)  # fmt: skip
-            self.scrubber = Scrubber(self._secrets())  # the slot's token is a secret
+            self.scrubber = Scrubber(self.secrets())  # the slot's token is a secret
         if self._needs_runtime:  # "present" too: the task's own steps may remove python3
             await check_runtime(sandbox, built.tag, self._runtime_user)
         if self.egress is not None:
@@ -391,7 +391,7 @@ class Trial:
         where = self.task.path / "task.toml"
         if context.agent_user:
             await user_ids(sandbox, context.agent_user, named_by=f"{where}: agent.user")
-        self._verifier_owner = await user_ids(
+        self.verifier_owner = await user_ids(
             sandbox, context.verifier_user or defaults.user,
             named_by=f"{where}: verifier.user" if context.verifier_user else "the image's USER",
         )  # fmt: skip
@@ -424,7 +424,7 @@ class Trial:
         self.link = ModelLink(self._gateway, self.model)
         return self.link.slot_mount(capabilities, in_sandbox=not self.agent.on_host)
 
-    async def _run_agent(
+    async def run_agent(
         self, sandbox: Sandbox, staged: Materialized, *, turn: AgentTurn | None = None
     ) -> None:
         """Run the agent under the relay, which decides once how it ended; the trial only
@@ -558,7 +558,7 @@ class Trial:
         egress_env = {} if self.egress is None else await self.egress.enter_verifier()
         setup = setup or VerifierSetup(
             timeout_sec=self.task.config.verifier.timeout_sec, env=self.context.verifier_env,
-            user=self.context.verifier_user, owner=self._verifier_owner,
+            user=self.context.verifier_user, owner=self.verifier_owner,
             stop_leftovers=self.config.stop_leftovers or self.task.config.verifier.stop_leftovers,
         )  # fmt: skip
         if egress_env:
@@ -762,7 +762,9 @@ class Trial:
     def context(self, value: TrialContext) -> None:
         self._context = value
 
-    def _secrets(self, context: TrialContext | None = None) -> list[str]:
+    def secrets(self, context: TrialContext | None = None) -> list[str]:
+        """Every value the trial must scrub from what it writes (the scrubber is made again
+        when one is added: a slot's token, a new verifier's egress credentials)."""
         secrets = list(self.config.credentials.values())
         context = context or self._context
         if context is not None:
