@@ -2,8 +2,8 @@
 the `Sandbox` protocol with the Docker sandbox's observable behaviour, where the package's
 docstring does not say otherwise. The framework's commands (`relay.commands`,
 `sandbox.commands`) are answered from what they mean, with the output their own `answer`
-helpers give; the task's own text (a string) runs through the few words of sh in `script.py`,
-or the backend's handler. An exec or file call on a removed sandbox raises
+helpers give; the task's own text (a string) runs with the host's real sh (`shell.py`), or
+the backend's handler. An exec or file call on a removed sandbox raises
 `SandboxNotFoundError`; an exec still running when the sandbox is removed exits 137.
 """
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from container_runtime import paths
 from orchestrator.backends.fake.images import FakeImage
 from orchestrator.backends.fake.processes import ProcessTable
-from orchestrator.backends.fake.script import ExecCall, Handler, append, host_path, run_script
+from orchestrator.backends.fake.shell import ExecCall, Handler, append, host_path, run_sh
 from orchestrator.common.archive import extract_stream, tar_of_dir, tar_of_files
 from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
 from orchestrator.common.offload import run_blocking
@@ -89,9 +89,11 @@ class FakeSandbox:
         # what a finished trial left) or the process ends.
         self.root = Path(tempfile.mkdtemp(prefix="trialbox-fake-"))
         weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        self.root.chmod(0o755)
         self.workdir = spec.workdir or image.workdir  # created, as the engine's -w does
         for folder in ("/tmp", self.workdir):
             self.path(folder).mkdir(parents=True, exist_ok=True)
+        self.path("/tmp").chmod(0o1777)
         if spec.files is not None:  # placed before the start, as the Docker backend does
             self._extract(spec.files, "/")
         self.healthcheck: Healthcheck | None = None  # the image's HEALTHCHECK, set by tests
@@ -170,7 +172,7 @@ class FakeSandbox:
         """What `command` does, by its kind."""
         match command:
             case str():
-                return await run_script(command, call)
+                return await run_sh(command, call)
             case Launch():
                 return await self._launch(command, call, pid)
             case RunVerifier():
@@ -202,9 +204,9 @@ class FakeSandbox:
         return 0
 
     async def _run(self, handler: Handler | None, call: ExecCall, text: str) -> int:
-        """The backend's handler for `call`, else `text` through the few words of sh."""
+        """The backend's handler for `call`, else `text` run by sh."""
         if handler is None:
-            return await run_script(text, call)
+            return await run_sh(text, call)
         status = await handler(self, call)
         return 0 if status is None else status
 
