@@ -29,6 +29,9 @@ knowingly differs from a container:
 - Limits: cpus, memory and pids are not enforced; the engine's account of them is what a
   test scripts (`FakeBackend(health=...)`, `sandbox.engine_health`).
 - Leftovers: a `FakeBackend` lists and reaps only the sandboxes it made itself.
+- Isolation: none to speak of. A command runs on the host's kernel, as root when asked (a
+  chroot holds no root in), and the fake's own file work follows any symlink a command
+  made: run trusted tasks only.
 """
 
 from orchestrator.backends.fake.backend import FakeBackend

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import posixpath
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -59,11 +58,6 @@ for bind in $binds; do /usr/bin/mount --bind -o ro "$bind" "$root$bind" || exit 
 _host_checked = False
 
 
-def host_path(root: Path, path: str, cwd: str = "/") -> Path:
-    """Where the sandbox's `path` (relative to `cwd`) is in its host folder `root`."""
-    return root / posixpath.normpath(posixpath.join(cwd, path)).lstrip("/")
-
-
 def append(path: Path, data: bytes) -> None:
     """Add `data` to the end of a file."""
     with path.open("ab") as file:
@@ -91,10 +85,6 @@ class ExecCall:
     async def sh(self, command: str) -> int:
         """Run `command` with the real sh in this process's sandbox, folder, user and env."""
         return await run_sh(command, self)
-
-    def at(self, path: str) -> Path:
-        """Where `path`, relative to the process's folder, is on the host."""
-        return host_path(self.root, path, self.workdir)
 
 
 Handler = Callable[["FakeSandbox", ExecCall], Awaitable[int | None]]
@@ -167,9 +157,10 @@ async def _check_host() -> None:
             *NAMESPACES, "/bin/true", stdin=DEVNULL, stdout=DEVNULL, stderr=PIPE
         )
         _, said = await proc.communicate()
-        failed = proc.returncode != 0 and said.decode(errors="replace").strip()
     except OSError as exc:
         failed = str(exc)
+    else:
+        failed = "" if proc.returncode == 0 else said.decode(errors="replace").strip() or "failed"
     if failed:
         raise SandboxError(
             "the fake backend runs the task's text with the host's /bin/sh in private mount and "
