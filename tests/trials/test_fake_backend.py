@@ -164,7 +164,7 @@ asyncio.run(main())
 
 
 async def test_a_run_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
-    """No exit handler runs after a SIGKILL: `setpriv --pdeathsig` ends the run."""
+    """No exit handler runs after a SIGKILL: the namespace's watcher ends the run."""
     lone = await asyncio.create_subprocess_exec(
         sys.executable, "-c", LONE_RUN, str(tmp_path), cwd=REPO_ROOT,
         stdout=asyncio.subprocess.PIPE,

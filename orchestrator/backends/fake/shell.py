@@ -9,12 +9,14 @@ exec's uid:gid, in its folder, with its environment alone. So an absolute path t
 writes lands in the sandbox's folder, never on the host, and the mounts vanish with the
 namespace. The run is the exec's process: cancelling it (a signal, the timeout, the sandbox
 removed: `processes.py`) SIGKILLs its process group, and the namespace's init with it takes
-every process the text started, background children too.
+every process the text started, background children too; so does this process's death (the
+init's watcher, `SETUP`). A run costs some 10 ms. Each exec is a pid namespace of its own,
+so the text sees no process of another exec (trialbox's relay commands, which do, are
+answered by kind: `sandbox.py`).
 
-trialbox's own commands never come here (the sandbox answers them by kind). A test that
-needs a scripted agent or verifier gives the backend a handler: `agent` runs in place of the
-relay's subject (after the launch recorded the pid, sourced the credentials and sent output
-to /logs/agent), `verifier` in place of tests/test.sh (its output to
+A test that needs a scripted agent or verifier gives the backend a handler: `agent` runs in
+place of the relay's subject (after the launch recorded the pid, sourced the credentials and
+sent output to /logs/agent), `verifier` in place of tests/test.sh (its output to
 /logs/verifier/test-stdout.txt). It gets the sandbox and an `ExecCall`, may read and write
 its files (`sandbox.path(...)`, a host path), run sh (`await call.sh(...)`), print, sleep or
 wait, and returns an exit code (None is 0).
