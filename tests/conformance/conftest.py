@@ -69,10 +69,9 @@ class BackendUnderTest:
             await sandbox.destroy()
 
 
-# The backends whose exec runs a real sh: what the shell itself does (its chaining, its
-# permissions, bash against dash) is proven there. The fake answers trialbox's own commands
-# by kind and runs only a few words of the task's text, so it is not among them.
-SHELL_BACKENDS = [param for param in BACKENDS if param.id != "fake"]
+# The backends whose in-sandbox timeout sends TERM first and KILL a grace later, so a command
+# that ignores TERM ends with 137 (Docker's `timeout -k`). The fake kills at once with 124.
+TERM_FIRST_BACKENDS = [param for param in BACKENDS if param.id != "fake"]
 
 
 async def _under_test(request: pytest.FixtureRequest) -> BackendUnderTest:
@@ -87,9 +86,9 @@ async def backend(request: pytest.FixtureRequest) -> BackendUnderTest:
     return await _under_test(request)
 
 
-@pytest.fixture(params=SHELL_BACKENDS)
-async def shell_backend(request: pytest.FixtureRequest) -> BackendUnderTest:
-    """A backend whose exec runs the image's own sh (Docker)."""
+@pytest.fixture(params=TERM_FIRST_BACKENDS)
+async def term_first_backend(request: pytest.FixtureRequest) -> BackendUnderTest:
+    """A backend whose timeout gives the command a grace between TERM and KILL (Docker)."""
     return await _under_test(request)
 
 

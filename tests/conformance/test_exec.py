@@ -1,10 +1,8 @@
 """What an exec does, on every backend: exit codes, in-sandbox timeouts, environment, user,
-folder, merged and capped output; and, on the backends that run a real sh (`shell_backend`),
-what that shell does with chaining, redirections, permissions, signals and scripts.
-
-The tests on every backend use only the `Sandbox` protocol, trialbox's own commands and the
-few words of sh the fake runs (`orchestrator/backends/fake/script.py`), so what passes here on
-Docker is what the fake claims to do.
+folder, merged and capped output, and what the sandbox's real sh does with chaining,
+redirections, permissions, signals and scripts (the fake runs the host's sh in the sandbox's
+folder: `orchestrator/backends/fake/shell.py`). Where they knowingly differ, the test runs on
+the backends that do it (`term_first_backend`: a grace between TERM and KILL at the timeout).
 """
 
 from __future__ import annotations
@@ -47,14 +45,14 @@ async def test_a_command_past_its_timeout_exits_124_and_is_timed_out(
 
 
 async def test_a_command_that_ignores_term_is_killed_past_its_timeout_with_137(
-    shell_backend: BackendUnderTest,
+    term_first_backend: BackendUnderTest,
 ) -> None:
-    """`timeout -k`: TERM at the limit is ignored, so KILL ends it the grace later (nothing
-    in the fake ignores TERM: a shell's `trap` is needed to see it)."""
-    async with shell_backend.sandbox() as sandbox:
+    """`timeout -k`: TERM at the limit is ignored, so KILL ends it the grace later (the fake
+    kills at the limit, whatever the command traps)."""
+    async with term_first_backend.sandbox() as sandbox:
         result = await sandbox.exec("trap '' TERM; echo before; sleep 20", timeout_sec=0.3)
 
-    kill_after = Limits().exec_kill_after_sec  # both backends here run with the defaults
+    kill_after = Limits().exec_kill_after_sec  # the backend runs with the defaults
     assert result.exit_code == 137
     assert result.timed_out is True
     assert result.output == "before\n"
@@ -135,8 +133,8 @@ async def test_an_unknown_command_exits_127_saying_not_found(backend: BackendUnd
     assert "not found" in result.output
 
 
-async def test_chaining_and_redirections(shell_backend: BackendUnderTest) -> None:
-    async with shell_backend.sandbox() as sandbox:
+async def test_chaining_and_redirections(backend: BackendUnderTest) -> None:
+    async with backend.sandbox() as sandbox:
         written = await sandbox.exec(
             "echo first > /tmp/f && echo second >> /tmp/f; false && echo skipped; cat /tmp/f"
         )
@@ -146,8 +144,8 @@ async def test_chaining_and_redirections(shell_backend: BackendUnderTest) -> Non
     assert silenced.output == "rc=1\n"
 
 
-async def test_mkdir_rm_and_chmod(shell_backend: BackendUnderTest) -> None:
-    async with shell_backend.sandbox() as sandbox:
+async def test_mkdir_rm_and_chmod(backend: BackendUnderTest) -> None:
+    async with backend.sandbox() as sandbox:
         made = await sandbox.exec("mkdir -p /tmp/a/b && echo x > /tmp/a/b/c && cat /tmp/a/b/c")
         removed = await sandbox.exec("rm -rf /tmp/a && cat /tmp/a/b/c")
         forced = await sandbox.exec("rm -f /tmp/never-there")
@@ -166,9 +164,9 @@ async def test_mkdir_rm_and_chmod(shell_backend: BackendUnderTest) -> None:
 
 
 async def test_a_non_root_user_cannot_write_into_a_root_folder(
-    shell_backend: BackendUnderTest,
+    backend: BackendUnderTest,
 ) -> None:
-    async with shell_backend.sandbox() as sandbox:
+    async with backend.sandbox() as sandbox:
         await sandbox.exec("mkdir -p /tmp/roots && chmod 0755 /tmp/roots")
         refused = await sandbox.exec("echo forged > /tmp/roots/reward.txt", user="nobody")
         absent = await sandbox.exec("cat /tmp/roots/reward.txt")
@@ -181,8 +179,8 @@ async def test_a_non_root_user_cannot_write_into_a_root_folder(
 @pytest.mark.parametrize(
     "runner", ["sh /tmp/s.sh", "bash /tmp/s.sh", "$(command -v bash || echo sh) /tmp/s.sh"]
 )
-async def test_a_script_runs_line_by_line(shell_backend: BackendUnderTest, runner: str) -> None:
-    async with shell_backend.sandbox() as sandbox:
+async def test_a_script_runs_line_by_line(backend: BackendUnderTest, runner: str) -> None:
+    async with backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files({"s.sh": (SCRIPT, 0o755)}), "/tmp")
         result = await sandbox.exec(runner)
 
@@ -191,9 +189,9 @@ async def test_a_script_runs_line_by_line(shell_backend: BackendUnderTest, runne
 
 
 async def test_echo_reads_backslash_escapes_in_sh_but_not_in_bash(
-    shell_backend: BackendUnderTest,
+    backend: BackendUnderTest,
 ) -> None:
-    async with shell_backend.sandbox() as sandbox:
+    async with backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files({"e.sh": b"echo 'a\\tb'\n"}), "/tmp")
         dash = await sandbox.exec("sh /tmp/e.sh")
         bash = await sandbox.exec("bash /tmp/e.sh")
@@ -205,10 +203,10 @@ async def test_echo_reads_backslash_escapes_in_sh_but_not_in_bash(
 
 
 async def test_a_script_runs_by_its_path_only_when_executable(
-    shell_backend: BackendUnderTest,
+    backend: BackendUnderTest,
 ) -> None:
     files = {"run.sh": (b"#!/bin/sh\necho ran\n", 0o755), "plain.sh": (b"echo ran\n", 0o644)}
-    async with shell_backend.sandbox() as sandbox:
+    async with backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files(files), "/tmp")
         executable = await sandbox.exec("/tmp/run.sh")
         plain = await sandbox.exec("/tmp/plain.sh")
@@ -218,17 +216,17 @@ async def test_a_script_runs_by_its_path_only_when_executable(
     assert "Permission denied" in plain.output
 
 
-async def test_set_e_stops_a_script_at_the_first_failure(shell_backend: BackendUnderTest) -> None:
+async def test_set_e_stops_a_script_at_the_first_failure(backend: BackendUnderTest) -> None:
     script = b"set -e\necho a\nfalse\necho b\n"
-    async with shell_backend.sandbox() as sandbox:
+    async with backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files({"e.sh": script}), "/tmp")
         result = await sandbox.exec("sh /tmp/e.sh")
 
     assert (result.exit_code, result.output) == (1, "a\n")
 
 
-async def test_exec_redirects_the_rest_of_the_shell(shell_backend: BackendUnderTest) -> None:
-    async with shell_backend.sandbox() as sandbox:
+async def test_exec_redirects_the_rest_of_the_shell(backend: BackendUnderTest) -> None:
+    async with backend.sandbox() as sandbox:
         result = await sandbox.exec("exec >/tmp/log.txt 2>&1 </dev/null; echo to-file; nope")
         log = await sandbox.exec("cat /tmp/log.txt")
 
@@ -261,9 +259,9 @@ async def test_execs_run_concurrently_and_a_removal_ends_them(
 
 @pytest.mark.parametrize(("shell", "code"), [("sh", 2), ("bash", 127)])
 async def test_a_missing_script_fails_as_each_shell_fails(
-    shell_backend: BackendUnderTest, shell: str, code: int
+    backend: BackendUnderTest, shell: str, code: int
 ) -> None:
-    async with shell_backend.sandbox() as sandbox:
+    async with backend.sandbox() as sandbox:
         result = await sandbox.exec(f"{shell} /tmp/no-such-script.sh")
 
     assert result.exit_code == code
@@ -272,9 +270,9 @@ async def test_a_missing_script_fails_as_each_shell_fails(
 
 @pytest.mark.parametrize(("shell", "code"), [("sh", 2), ("bash", 126)])
 async def test_a_script_the_user_cannot_read_is_refused(
-    shell_backend: BackendUnderTest, shell: str, code: int
+    backend: BackendUnderTest, shell: str, code: int
 ) -> None:
-    async with shell_backend.sandbox() as sandbox:
+    async with backend.sandbox() as sandbox:
         await sandbox.upload(tar_of_files({"locked.sh": (b"echo ran\n", 0o700)}), "/tmp")
         result = await sandbox.exec(f"{shell} /tmp/locked.sh", user="nobody")
 

@@ -47,12 +47,12 @@ async def test_files_in_the_spec_are_there_once_the_sandbox_is(
     assert (tmp_path / "box" / "deep" / "b.txt").read_bytes() == b"beta\n"
 
 
-async def test_an_uploaded_tar_keeps_modes_and_owners(shell_backend: BackendUnderTest) -> None:
+async def test_an_uploaded_tar_keeps_modes_and_owners(backend: BackendUnderTest) -> None:
     archive = tar_of_files(
         {"rootonly.txt": (b"root's\n", 0o600), "open.txt": (b"anyone's\n", 0o644)}
     )
     mine = tar_of_files({"mine.txt": (b"nobody's\n", 0o600)}, owner=(65534, 65534))
-    async with shell_backend.sandbox() as sandbox:
+    async with backend.sandbox() as sandbox:
         await sandbox.upload(archive, "/tmp")
         await sandbox.upload(mine, "/tmp")
         denied = await sandbox.exec("cat /tmp/rootonly.txt", user="nobody")
@@ -79,8 +79,8 @@ async def test_a_download_cuts_each_file_at_the_cap_and_counts_the_cuts(
     assert (tmp_path / "out" / "small.txt").read_bytes() == b"ok\n"
 
 
-async def test_upload_file_sets_mode_and_owner(shell_backend: BackendUnderTest) -> None:
-    async with shell_backend.sandbox() as sandbox:
+async def test_upload_file_sets_mode_and_owner(backend: BackendUnderTest) -> None:
+    async with backend.sandbox() as sandbox:
         await sandbox.upload_file("/tmp/theirs.txt", b"for nobody\n", owner=(65534, 65534))
         await sandbox.upload_file("/tmp/roots.txt", b"for root\n")
         await sandbox.upload_file("/tmp/new-folder/tool.sh", b"echo tool\n", mode=0o755)

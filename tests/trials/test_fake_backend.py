@@ -1,12 +1,15 @@
 """What only the fake backend promises, which the trial tests here stand on: single-flight
 "builds" and content-hash tags, its refusals, the scripting hooks, trialbox's commands
-answered by kind, the few words of sh and what it refuses loudly rather than misread, and the
-fault wrapper over it. What it shares with Docker is the
+answered by kind, the task's text run by a real sh inside the sandbox's folder (and nothing of
+it left once it ends), and the fault wrapper over it. What it shares with Docker is the
 conformance suite's (tests/conformance)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +17,14 @@ import pytest
 
 from orchestrator import Limits, TrialConfig
 from orchestrator.backends import build_backend
-from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox
+from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox, shell
 from orchestrator.backends.faults import Faults, FaultyBackend
 from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
 from orchestrator.sandbox import Backend, SandboxSpec
 from orchestrator.sandbox.commands import PathExists, RunVerifier, StartForwarder
 from orchestrator.tasks.task import load_task
 from relay.commands import UserIds
-from tests.conftest import write_task
+from tests.conftest import REPO_ROOT, write_task
 
 
 async def made(backend: Backend, tmp_path: Path, **task: Any) -> Any:
@@ -90,57 +93,109 @@ async def test_an_unknown_image_and_a_taken_name_are_refused(tmp_path: Path) -> 
         await sandbox.destroy()
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        "echo a | cat",
-        "sleep 1 &",
-        "echo $(id -u)",
-        "if true; then echo y; fi",
-        "cat /nowhere || echo no",
-        "echo a >> /tmp/f",
-        "echo $?",
-        "mkdir /tmp/d",
-        "echo -n a",
-        "echo 'open",
-    ],
-)
-async def test_more_sh_than_the_few_words_is_refused_loudly(tmp_path: Path, command: str) -> None:
+async def test_the_task_s_text_runs_with_a_real_sh_in_the_sandbox_s_folder(
+    tmp_path: Path,
+) -> None:
+    name = f"/tmp/trialbox-fake-test-{uuid.uuid4().hex}"
     sandbox = await made(FakeBackend(), tmp_path)
     try:
-        result = await sandbox.exec(f"echo before\n{command}\necho never")
+        result = await sandbox.exec(
+            f'echo a | tr a b; echo "$(id -u):$(pwd):$X:${{HOME-none}}"; echo c & wait; '
+            f"cat /nowhere 2>/dev/null || echo no; echo x > {name}",
+            user="nobody", workdir="/tmp", env={"X": "x y"},
+        )  # fmt: skip
+        mine = await sandbox.exec(f"cat {name}", user="nobody")
+        as_root = await sandbox.exec(f"cat {name}", user="root")
     finally:
         await sandbox.destroy()
 
-    assert result.exit_code == 2
-    assert result.output.startswith("before\nsh: not in the fake's few words of sh: ")
-    assert "never" not in result.output  # the script ended there
+    assert (result.exit_code, result.output) == (0, "b\n65534:/tmp:x y:none\nc\nno\n")
+    assert sandbox.path(name).read_bytes() == b"x\n"  # written in the sandbox's folder
+    assert not Path(name).exists()  # not on the host
+    assert sandbox.path(name).stat().st_uid == 65534  # by its user
+    assert mine.output == as_root.output == "x\n"
 
 
-async def test_the_few_words_quote_expand_chain_redirect_and_run_scripts(tmp_path: Path) -> None:
-    script = b"#!/bin/sh\n# a comment\necho in $GREETING  # and another\nexit 5\necho never\n"
+def _running(marker: str) -> list[str]:
+    """The host's processes whose command line holds `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+    return found
+
+
+async def test_a_timed_out_or_removed_run_ends_with_its_children_and_mounts(
+    tmp_path: Path,
+) -> None:
     sandbox = await made(FakeBackend(), tmp_path)
-    try:
-        await sandbox.upload_file("/tmp/s.sh", script, mode=0o755)
-        quoted = await sandbox.exec(
-            """echo "a'b $X" '$X c"d' ${X} a#b $UNSET; cat /nowhere && echo no; echo x >&2""",
-            env={"X": "x y"},
-        )
-        written = await sandbox.exec(
-            "echo 1 > f; cat /tmp/f; echo 2 > /tmp/f; cat f", workdir="/tmp"
-        )
-        child = await sandbox.exec("sh /tmp/s.sh; echo after", env={"GREETING": "hi"})
-        unknown = await sandbox.exec("python3 -c 'print(1)'")
-    finally:
-        await sandbox.destroy()
-
-    assert quoted.output == (
-        "a'b x y $X c\"d x y a#b\ncat: /nowhere: No such file or directory\nx\n"
+    timed_out = await sandbox.exec("sleep 31.4159 & sleep 31.4159", timeout_sec=0.3)
+    running = asyncio.ensure_future(
+        sandbox.exec("echo up; sleep 27.1$((7+1)) & sleep 27.1$((7+1))")
     )
-    assert written.output == "1\n2\n"  # relative to the folder; `>` truncates
-    assert (child.exit_code, child.output) == (0, "in hi\nafter\n")  # exit ended the script
-    assert unknown.exit_code == 127
-    assert "python3: not found" in unknown.output
+    for _ in range(500):
+        if _running("27.18"):
+            break
+        await asyncio.sleep(0.01)
+    sandbox.remove_now()
+    removed = await running
+
+    assert (timed_out.exit_code, timed_out.timed_out) == (124, True)
+    assert (removed.exit_code, removed.output) == (137, "up\n")
+    for _ in range(100):  # the kernel ends a namespace's processes as its init exits
+        if not _running("31.4159") and not _running("27.18"):
+            break
+        await asyncio.sleep(0.01)
+    assert _running("31.4159") == _running("27.18") == []
+    assert str(sandbox.root) not in Path("/proc/self/mounts").read_text()
+
+
+LONE_RUN = """
+import asyncio, sys
+from pathlib import Path
+from tests.trials.test_fake_backend import FakeBackend, made
+async def main():
+    sandbox = await made(FakeBackend(), Path(sys.argv[1]))
+    print("up", flush=True)
+    await sandbox.exec("sleep 29.9$((6+1)) & sleep 29.9$((6+1))")  # only sleep says 29.97
+asyncio.run(main())
+"""
+
+
+async def test_a_run_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """No exit handler runs after a SIGKILL: the namespace's watcher ends the run."""
+    lone = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LONE_RUN, str(tmp_path), cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert lone.stdout is not None
+    assert await lone.stdout.readline() == b"up\n"
+    for _ in range(500):
+        if _running("29.97"):
+            break
+        await asyncio.sleep(0.01)
+    lone.kill()
+    await lone.wait()
+    for _ in range(200):
+        if not _running("29.97"):
+            break
+        await asyncio.sleep(0.01)
+
+    assert _running("29.97") == []
+
+
+async def test_a_host_that_cannot_make_the_namespaces_is_told_what_is_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shell, "NAMESPACES", ("/usr/bin/unshare", "--no-such-option"))
+    monkeypatch.setattr(shell, "_host_checked", False)
+    sandbox = await made(FakeBackend(), tmp_path)
+    try:
+        with pytest.raises(SandboxError, match="needs root and util-linux's unshare"):
+            await sandbox.exec("true")
+    finally:
+        await sandbox.destroy()
 
 
 async def test_trialbox_s_own_commands_are_answered_by_kind(tmp_path: Path) -> None:

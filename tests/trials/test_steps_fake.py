@@ -239,7 +239,7 @@ async def test_a_step_s_workdir_setup_healthcheck_user_and_verifier_env(tmp_path
         "first": {"tests/test.sh": reward_sh("1")},
         "second": {
             "workdir/config.txt": "Harbor\n",
-            "workdir/setup.sh": "echo ran > /app/setup-ran\n",
+            "workdir/setup.sh": "echo ran > /tmp/setup-ran\n",  # as nobody: /app is root's
             "tests/test.sh": "#!/bin/sh\necho $WANT > /logs/verifier/reward.txt\n",
         },
     }
@@ -247,7 +247,7 @@ async def test_a_step_s_workdir_setup_healthcheck_user_and_verifier_env(tmp_path
         "second": (
             '[steps.agent]\nuser = "nobody"\n'
             '[steps.verifier]\ntimeout_sec = 5\n[steps.verifier.env]\nWANT = "0.75"\n'
-            '[steps.healthcheck]\ncommand = "cat /app/setup-ran"\ninterval_sec = 0.1\n'
+            '[steps.healthcheck]\ncommand = "cat /tmp/setup-ran"\ninterval_sec = 0.1\n'
         )
     }
     task = steps_task(tmp_path, steps, tables=tables)
@@ -265,7 +265,7 @@ async def test_a_step_s_workdir_setup_healthcheck_user_and_verifier_env(tmp_path
     assert users == {"first": "root", "second": "nobody"}
     sandbox = backend.created[0]
     assert sandbox.path("/app/config.txt").read_bytes() == b"Harbor\n"
-    assert sandbox.path("/app/setup-ran").read_bytes() == b"ran\n"
+    assert sandbox.path("/tmp/setup-ran").read_bytes() == b"ran\n"
     assert result.steps[1].timings.setup > 0
 
 

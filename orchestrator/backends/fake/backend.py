@@ -13,8 +13,8 @@ from functools import partial
 
 from orchestrator.backends.fake.images import FakeImage, plan_image
 from orchestrator.backends.fake.sandbox import FakeSandbox
-from orchestrator.backends.fake.script import Handler
 from orchestrator.backends.fake.services import FakeServices
+from orchestrator.backends.fake.shell import Handler
 from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
 from orchestrator.common.limits import Limits
 from orchestrator.common.offload import run_blocking

@@ -4,8 +4,8 @@ An exec's work is an asyncio task: the in-sandbox timeout is an `asyncio.timeout
 (exit 124, `timed_out` set only when it fired), and a signal cancels the task and is
 remembered, so the exec reports 128+N as a shell would. A process outlives a caller that
 stops waiting for it (as a process outlives a dropped `docker exec` client) and ends with the
-sandbox. A process is its own group: the fake has no background children, and nothing in it
-ignores a signal.
+sandbox. Cancelling the task kills what it runs at once (`shell.py`: the real sh's run, its
+children and all), so no signal is ignored or handled, and a pid here is its whole group.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 the `Sandbox` protocol with the Docker sandbox's observable behaviour, where the package's
 docstring does not say otherwise. The framework's commands (`relay.commands`,
 `sandbox.commands`) are answered from what they mean, with the output their own `answer`
-helpers give; the task's own text (a string) runs through the few words of sh in `script.py`,
-or the backend's handler. An exec or file call on a removed sandbox raises
-`SandboxNotFoundError`; an exec still running when the sandbox is removed exits 137.
+helpers give; the task's own text (a string) runs with the host's real sh (`shell.py`), or
+the backend's handler, and so do the commands that need no process of another exec (a path's
+test, a file's removal, the user's ids: their own sh). An exec or file call on a removed
+sandbox raises `SandboxNotFoundError`; an exec still running when the sandbox is removed
+exits 137.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import posixpath
 import shlex
 import shutil
 import tarfile
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from container_runtime import paths
 from orchestrator.backends.fake.images import FakeImage
 from orchestrator.backends.fake.processes import ProcessTable
-from orchestrator.backends.fake.script import ExecCall, Handler, append, host_path, run_script
+from orchestrator.backends.fake.shell import ExecCall, Handler, append, run_sh
 from orchestrator.common.archive import extract_stream, tar_of_dir, tar_of_files
 from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
 from orchestrator.common.offload import run_blocking
@@ -89,9 +92,11 @@ class FakeSandbox:
         # what a finished trial left) or the process ends.
         self.root = Path(tempfile.mkdtemp(prefix="trialbox-fake-"))
         weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        self.root.chmod(0o755)
         self.workdir = spec.workdir or image.workdir  # created, as the engine's -w does
         for folder in ("/tmp", self.workdir):
             self.path(folder).mkdir(parents=True, exist_ok=True)
+        self.path("/tmp").chmod(0o1777)
         if spec.files is not None:  # placed before the start, as the Docker backend does
             self._extract(spec.files, "/")
         self.healthcheck: Healthcheck | None = None  # the image's HEALTHCHECK, set by tests
@@ -110,7 +115,7 @@ class FakeSandbox:
 
     def path(self, inside: str) -> Path:
         """Where the sandbox's absolute path `inside` is on the host."""
-        return host_path(self.root, inside)
+        return self.root / posixpath.normpath(inside).lstrip("/")
 
     @property
     def present(self) -> bool:
@@ -170,7 +175,9 @@ class FakeSandbox:
         """What `command` does, by its kind."""
         match command:
             case str():
-                return await run_script(command, call)
+                return await run_sh(command, call)
+            case PathExists() | RemoveFile() | UserIds():  # their own sh, as the exec's user
+                return await run_sh(command.shell(), call)
             case Launch():
                 return await self._launch(command, call, pid)
             case RunVerifier():
@@ -188,13 +195,6 @@ class FakeSandbox:
                     return 1
             case GroupAlive():
                 call.print(GroupAlive.answer(command.pid in self.processes.pids()))
-            case UserIds():
-                call.print(UserIds.answer(call.user.uid, call.user.gid))
-            case RemoveFile():
-                self.path(command.path).unlink(missing_ok=True)
-            case PathExists():
-                there = self.path(command.path)
-                return 0 if there.is_symlink() or there.exists() else 1
             case CheckRuntime():
                 return 127 if self.backend.runtime == "absent" else 0
             case _:
@@ -202,9 +202,9 @@ class FakeSandbox:
         return 0
 
     async def _run(self, handler: Handler | None, call: ExecCall, text: str) -> int:
-        """The backend's handler for `call`, else `text` through the few words of sh."""
+        """The backend's handler for `call`, else `text` run by sh."""
         if handler is None:
-            return await run_script(text, call)
+            return await run_sh(text, call)
         status = await handler(self, call)
         return 0 if status is None else status
 
@@ -243,8 +243,8 @@ class FakeSandbox:
     def _prepare(self, prepare: PrepareVerifier, pid: int) -> str:
         """Every other process killed (when asked), the framework's folders given back their
         modes, then /logs/verifier and /tests (and /logs/agent, when asked) emptied; as the
-        exec says it (with nothing found to report: the fake has no owners or symlinks to find
-        wrong)."""
+        exec says it (with nothing found to report: the fake does not look for wrong owners
+        or symlinks)."""
         stopped = None
         if prepare.stop_leftovers:
             others = [other for other in self.processes.pids() if other != pid]
@@ -302,8 +302,8 @@ class FakeSandbox:
         self._extract(tar_bytes, path)
 
     def _extract(self, tar_bytes: bytes, at: str) -> None:
-        """As the engine's copy: each member's mode kept (an existing folder takes the
-        archive's), links and special files skipped; nothing lands outside the folder."""
+        """As the engine's copy: each member's mode and owner kept (an existing folder takes
+        the archive's), links and special files skipped; nothing lands outside the folder."""
 
         def kept(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
             if not (member.isfile() or member.isdir()):
@@ -316,7 +316,7 @@ class FakeSandbox:
     async def upload_file(
         self, path: str, data: bytes, *, mode: int = 0o600, owner: tuple[int, int] = (0, 0)
     ) -> None:
-        """Write one file (absolute `path`) with this mode (owners are not modelled)."""
+        """Write one file (absolute `path`) with this mode and owner."""
         await self.upload(tar_of_files({path.lstrip("/"): data}, mode=mode, owner=owner), "/")
 
     async def download(self, path: str, dest: Path, *, file_cap: int) -> list[str]:
