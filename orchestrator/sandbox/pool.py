@@ -17,8 +17,10 @@ A sandbox is handed out at most once, and only if it is pristine (running, healt
 ever ran in it: `PoolableSandbox.pristine`); one that is not is removed. A pool learns a
 shape from the first trial that asks for it (that trial creates its own sandbox) and is
 refilled in the background after every take, bounded by `size` per shape, `max_sandboxes`
-in all and the engine's memory. Pooled sandboxes are made by this process with the usual
-labels, so `trialbox reap` finds them after a crash; `aclose` removes the idle ones.
+in all and the engine's memory. A trial that finds none waiting while one is being made
+waits for that one rather than create its own: the refill is nearer done. Pooled sandboxes
+are made by this process with the usual labels, so `trialbox reap` finds them after a crash;
+`aclose` removes the idle ones.
 
 `PooledBackend` is the whole of it: a `Backend` over another, whose `create_sandbox` takes
 from the pool when it can.
@@ -193,8 +195,13 @@ class PooledBackend(BackendWrapper):
         return await self.inner.create_sandbox(spec)
 
     async def _take(self, shape: _Shape, spec: SandboxSpec) -> Sandbox | None:
+        """A waiting sandbox, or one being made (a refill under way is nearer done than a
+        create this trial would start; a trial shorter than a create finds one so); None
+        when the shape has neither."""
         if spec.slot_mount not in (None, self._slot_mount):
             return None  # it needs a slot folder elsewhere than pooled sandboxes have theirs
+        while not shape.idle and shape.making:
+            await asyncio.wait(set(shape.making), return_when=asyncio.FIRST_COMPLETED)
         while shape.idle:
             sandbox = shape.idle.popleft()
             try:

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator import Limits, TrialConfig, run_trial
 from orchestrator.backends.fake import ExecCall, FakeBackend, FakeSandbox
-from orchestrator.sandbox import SandboxSpec
+from orchestrator.sandbox import Sandbox, SandboxSpec
 from orchestrator.sandbox.pool import POOL_PREFIX, PooledBackend
 from orchestrator.trials.result import TrialResult
 from tests.conftest import write_task
@@ -205,3 +205,30 @@ async def test_on_docker_a_pooled_container_is_renamed_counted_found_and_removed
         assert not await sandbox.pristine()
     finally:
         await sandbox.destroy()
+
+
+class SlowCreates(FakeBackend):
+    """A fake whose creates take a while, as an engine's do."""
+
+    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        await asyncio.sleep(0.3)
+        return await super().create_sandbox(spec)
+
+
+async def test_a_trial_that_finds_a_refill_under_way_waits_for_it(tmp_path: Path) -> None:
+    """The refill after a take is slower than the next trial's arrival: that trial takes the
+    refill once made, rather than create a sandbox of its own."""
+    fake = SlowCreates(QUICK)
+    pool = PooledBackend(fake, size=1)
+    folder = write_task(tmp_path / "tasks", "refilling")
+    config = fake_config(tmp_path)
+    first = await run_trial(folder, "nop", config=config, backend=pool, job_id=JOB)
+    await pool.wait_filled()
+    second = await run_trial(folder, "nop", config=config, backend=pool, job_id=JOB)
+    third = await run_trial(folder, "nop", config=config, backend=pool, job_id=JOB)  # at once
+
+    assert [r.reward for r in (first, second, third)] == [1.0] * 3
+    assert (second.sandbox_from_pool, third.sandbox_from_pool) == (True, True)
+    assert len(fake.created) == 3  # the first trial's, and two pooled; none made in passing
+    await pool.aclose()
+    assert present(fake) == []
