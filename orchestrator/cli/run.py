@@ -348,7 +348,7 @@ async def _drive(plan: _Job, console: Console) -> int:
             print(job.model_dump_json(indent=2))
         else:
             console.print(_summary_table(job))
-            console.print(_totals(job))
+            console.print(_totals(job), soft_wrap=True)  # the folder's path on one line
     if stop.received is not None:
         name = signal.Signals(stop.received).name
         job_dir = plan.jobs_dir / plan.job_id

@@ -75,7 +75,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.out is not None:
         text = report_html(args.paths, live=False, log_cap=args.log_cap)
         args.out.write_text(text, encoding="utf-8")
-        console.print(f"wrote {args.out} ({len(text.encode()) / 1e6:.2f} MB), open it in a browser")
+        size = f"{len(text.encode()) / 1e6:.2f} MB"
+        # One line however long the path: a wrapped path cannot be copied whole.
+        console.print(f"wrote {args.out} ({size}), open it in a browser", soft_wrap=True)
         return 0
     report_html(args.paths, live=True, log_cap=args.log_cap, part="main")  # fail early
     try:
