@@ -1,10 +1,7 @@
-"""One fake sandbox: a host folder for its filesystem, namespaces its processes share
-(`shell.py`), and the `Sandbox` protocol with the Docker sandbox's observable behaviour,
-where the package's docstring does not say otherwise. Every command runs its sh text, as on
-Docker, but `CheckRuntime` (the backend says whether the image has the runtime); a handler
-runs in place of the launch's subject or of tests/test.sh. An exec or file call on a removed
-sandbox raises `SandboxNotFoundError`; an exec still running when it is removed exits 137.
-"""
+"""One fake sandbox: a host folder for its files, namespaces for its processes (`shell.py`),
+and the `Sandbox` protocol with the Docker sandbox's observable behaviour where the package's
+docstring does not say otherwise. An exec or file call on a removed sandbox raises
+`SandboxNotFoundError`; an exec still running when it is removed exits 137."""
 
 from __future__ import annotations
 
@@ -22,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from container_runtime import paths
 from orchestrator.backends.fake.images import FakeImage
-from orchestrator.backends.fake.shell import ExecCall, Handler, Namespace, append, run
+from orchestrator.backends.fake.shell import ExecCall, Namespace, append, run
 from orchestrator.common.archive import extract_stream, tar_of_dir, tar_of_files
 from orchestrator.common.errors import SandboxConflictError, SandboxNotFoundError
 from orchestrator.common.offload import run_blocking
@@ -85,8 +82,7 @@ class FakeSandbox:
     def __init__(self, spec: SandboxSpec, image: FakeImage, backend: FakeBackend) -> None:
         self.spec, self.image, self.backend = spec, image, backend
         self.capabilities = backend.offered
-        # Its filesystem: a host folder, there until this object is dropped (so a test reads
-        # what a finished trial left) or the process ends.
+        # Its files, there until this object is dropped: a test reads what a trial left.
         self.root = Path(tempfile.mkdtemp(prefix="trialbox-fake-"))
         weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
         self.root.chmod(0o755)
@@ -156,18 +152,7 @@ class FakeSandbox:
             namespace=self._ns,
         )  # fmt: skip
         started = time.monotonic()
-        text, handler, child = self._stand_in(command, call)
-        argv = [
-            *self._ns.argv(who.uid, who.gid, call.workdir, call.env, leader=True),
-            *bounded_command(text, timeout_sec, self.backend.limits.exec_kill_after_sec),
-        ]
-        if isinstance(command, CheckRuntime):  # no runtime here: the backend says what it has
-            absent = self.backend.runtime == "absent"
-            ran = asyncio.ensure_future(asyncio.sleep(0, 127 if absent else 0))
-        else:
-            ran = asyncio.ensure_future(run(argv, output.extend))
-        if handler is not None:
-            ran = asyncio.ensure_future(self._handled(handler, child, ran, self._runs))
+        ran = asyncio.ensure_future(self._run(command, call, timeout_sec))
         await asyncio.wait({ran})  # a cancelled caller leaves the process running
         cap = output_cap or self.backend.limits.exec_output_cap_bytes
         return ExecResult(
@@ -178,15 +163,15 @@ class FakeSandbox:
             duration_sec=time.monotonic() - started,
         )
 
-    def _stand_in(
-        self, command: SandboxCommand, call: ExecCall
-    ) -> tuple[str, Handler | None, ExecCall]:
-        """The text to run, and the handler (with its call) that a stand-in process in it
-        waits for: the agent's in place of the launch's subject, the verifier's in place of
-        tests/test.sh. The stand-in says it started through one FIFO, and exits with what
-        another brings (`_handled`)."""
+    async def _run(self, command: SandboxCommand, call: ExecCall, limit: float | None) -> int:
+        """The exec's process. A handler runs in place of the launch's subject (the agent's)
+        or of tests/test.sh (the verifier's), while a stand-in process holds that place: it
+        says it started through one FIFO, the handler starts then, and its exit code goes to
+        the stand-in through another; the handler is cancelled if the exec ends first (a
+        signal, the timeout, the sandbox removed)."""
         self._runs += 1
         stand_in, test_sh = f"{STAND_INS}/run {self._runs}", f"{paths.TESTS_DIR}/test.sh"
+        handler, text, out = None, shell_of(command), call.out
         if isinstance(command, Launch) and self.backend.agent is not None:
             where, env = command.paths, dict(call.env)
             if command.has_env and self.path(where.env_file).is_file():
@@ -202,48 +187,44 @@ class FakeSandbox:
             sink = partial(append, self.path(VERIFIER_STDOUT))
             call = replace(call, command=test_sh, out=sink, err=sink)
             handler, text = self.backend.verifier, command.shell().replace(test_sh, stand_in)
-        else:
-            return shell_of(command), None, call
+        elif isinstance(command, CheckRuntime):  # no runtime here: the backend says what it has
+            text = "exit 127" if self.backend.runtime == "absent" else ":"
+        argv = [
+            *self._ns.argv(call.user.uid, call.user.gid, call.workdir, call.env, leader=True),
+            *bounded_command(text, limit, self.backend.limits.exec_kill_after_sec),
+        ]
+        if handler is None:
+            return await run(argv, out)
         self.path(STAND_INS).mkdir(exist_ok=True)
         self.path(f"{STAND_INS}/run").write_text(STAND_IN)
-        for end in ("start", "done"):
-            os.mkfifo(self.path(f"{STAND_INS}/{self._runs}.{end}"))
-            self.path(f"{STAND_INS}/{self._runs}.{end}").chmod(0o666)
-        return text, handler, call
+        fifos = [self.path(f"{STAND_INS}/{self._runs}.{end}") for end in ("start", "done")]
+        for fifo in fifos:
+            os.mkfifo(fifo)
+            fifo.chmod(0o666)
+        start, done = (os.open(fifo, os.O_RDWR | os.O_NONBLOCK) for fifo in fifos)
+        loop, began = asyncio.get_running_loop(), asyncio.Event()
+        loop.add_reader(start, began.set)
 
-    async def _handled(
-        self, handler: Handler, call: ExecCall, ran: asyncio.Task[int], number: int
-    ) -> int:
-        """The exec (`ran`) with the handler in its stand-in's place: the handler starts when
-        the stand-in does, its exit code goes to it, and it is cancelled if the exec ends
-        first (a signal, the timeout, the sandbox removed)."""
-        loop = asyncio.get_running_loop()
-        fifos = [self.path(f"{STAND_INS}/{number}.{end}") for end in ("start", "done")]
-        fds = [os.open(fifo, os.O_RDWR | os.O_NONBLOCK) for fifo in fifos]
-        began: asyncio.Future[Any] = loop.create_future()
+        async def handled() -> None:
+            await began.wait()
+            loop.remove_reader(start)
+            status = None
+            try:
+                status = await handler(self, call)
+            finally:  # a handler that raised: its exec's error, once the stand-in exited
+                os.write(done, b"%d\n" % (status or 0))
 
-        def begin() -> None:
-            loop.remove_reader(fds[0])
-            began.set_result(None)
-
-        loop.add_reader(fds[0], begin)
+        work, ran = asyncio.ensure_future(handled()), asyncio.ensure_future(run(argv, out))
         try:
-            await asyncio.wait({began, ran}, return_when=asyncio.FIRST_COMPLETED)
-            if began.done():
-                work = asyncio.ensure_future(handler(self, call))
-                await asyncio.wait({work, ran}, return_when=asyncio.FIRST_COMPLETED)
-                if work.done():  # a handler that raised: its exec's error, after the exit
-                    status = 0 if work.exception() else work.result() or 0
-                    os.write(fds[1], b"%d\n" % status)
-                await asyncio.wait({ran})
-                work.cancel()
-                await asyncio.wait({work})
-                if not work.cancelled() and (error := work.exception()) is not None:
-                    raise error
+            await asyncio.wait({ran})
+            work.cancel()
+            await asyncio.wait({work})
+            if not work.cancelled() and (error := work.exception()) is not None:
+                raise error
             return ran.result()
         finally:
-            loop.remove_reader(fds[0])
-            for fd, fifo in zip(fds, fifos, strict=True):
+            loop.remove_reader(start)
+            for fd, fifo in zip((start, done), fifos, strict=True):
                 os.close(fd)
                 fifo.unlink(missing_ok=True)
 
@@ -302,9 +283,8 @@ class FakeSandbox:
             return scripted.model_copy(update={"pids_current": None, "pids_limit": None})
         if not self._present:
             return Health(exists=False, running=False, stopped_outside=True)
-        if not pids:
-            return Health()
-        return Health(pids_current=len(self._ns.pids()), pids_limit=self.spec.pids_limit)
+        count = len(self._ns.pids()) if pids else None
+        return Health(pids_current=count, pids_limit=self.spec.pids_limit if pids else None)
 
     async def pids_exhausted(self) -> bool:
         """The pid count as Docker's host-side reading gives it."""

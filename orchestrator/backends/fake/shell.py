@@ -33,19 +33,25 @@ from orchestrator.sandbox.commands import KEEPALIVE
 if TYPE_CHECKING:
     from orchestrator.backends.fake.sandbox import FakeSandbox, User
 
-# The host's folders a run sees in the sandbox, read-only (those the host has).
-HOST_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc")
+UNAVAILABLE = (
+    "the fake backend runs a sandbox's processes with the host's programs in private mount and "
+    "pid namespaces, which needs root and util-linux's unshare, nsenter and setpriv (in a "
+    "container, one allowed to mount, e.g. --privileged): "
+)
 NAMESPACES = ("/usr/bin/setpriv", "--pdeathsig", "KILL", "/usr/bin/unshare", "--mount", "--pid")
-# The init: its host pid (read from the host's /proc, before the namespace's is mounted), the
-# binds ($2...: host folders onto the folder $1), /dev and /proc, then the keepalive as PID 1.
+# The init: prints its host pid (from the host's /proc, before the namespace's is mounted).
 INIT = r"""
 root=$1
-shift
 read -r pid _ </proc/self/stat
-for bind in "$@"; do /usr/bin/mount --bind -o ro "$bind" "$root$bind" || exit 125; done
-/usr/bin/mount --rbind /dev "$root/dev" && /usr/bin/mount -t proc proc "$root/proc" || exit 125
+for d in /usr /bin /sbin /lib /lib64 /etc; do
+  if [ -L $d ] && { [ -L "$root$d" ] || [ ! -d "$root$d" ]; }; then
+    [ -e "$root$d" ] || [ -L "$root$d" ] || ln -s "$(readlink $d)" "$root$d"
+  elif [ -d $d ]; then mkdir -p "$root$d" && mount --bind -o ro $d "$root$d" || exit 125; fi
+done
+mkdir -p "$root/dev" "$root/proc" && mount --rbind /dev "$root/dev" || exit 125
+mount -t proc proc "$root/proc" || exit 125
 echo "$pid"
-exec /bin/sh -c "$KEEPALIVE" </dev/null >/dev/null 2>&1
+exec sh -c "$KEEPALIVE" </dev/null >/dev/null 2>&1
 """
 
 
@@ -56,25 +62,24 @@ def append(path: Path, data: bytes) -> None:
 
 
 class Namespace:
-    """The sandbox's namespaces, started once; `end()` kills them, every process with them."""
+    """A sandbox's namespaces, started with it; `kill(init=True)` ends them and all in them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         try:
             self._unshare = subprocess.Popen(
-                [*NAMESPACES, "--fork", "--kill-child", "/bin/sh", "-c", INIT, "init", str(root),
-                 *furnish(root)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env={"KEEPALIVE": KEEPALIVE}, start_new_session=True,
+                [*NAMESPACES, "--fork", "--kill-child", "/bin/sh", "-c", INIT, "init", str(root)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env={"KEEPALIVE": KEEPALIVE, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                start_new_session=True,
             )  # fmt: skip
-            line = self._unshare.stdout.readline().strip()  # type: ignore[union-attr]
+            line = self._unshare.stdout.readline()  # type: ignore[union-attr]
         except OSError as exc:
-            raise _unavailable(str(exc)) from exc
-        if not line.isdigit():
-            said = self._unshare.communicate()[1].decode(errors="replace").strip()
-            raise _unavailable(said or f"exit {self._unshare.returncode}")
+            raise SandboxError(UNAVAILABLE + str(exc)) from exc
+        if not line.strip().isdigit():  # what went wrong instead
+            said = (line + self._unshare.communicate()[0]).decode(errors="replace").strip()
+            raise SandboxError(UNAVAILABLE + (said or f"exit {self._unshare.returncode}"))
         self._unshare.stdout.close()  # type: ignore[union-attr]
-        self._unshare.stderr.close()  # type: ignore[union-attr]
         self.init = int(line)
         self._ns = os.readlink(f"/proc/{self.init}/ns/pid")
 
@@ -90,16 +95,10 @@ class Namespace:
 
     def pids(self) -> list[int]:
         """The host pids of the namespace's processes, its init's among them."""
-        found = []
-        for entry in os.listdir("/proc"):
-            with contextlib.suppress(OSError):
-                if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/pid") == self._ns:
-                    found.append(int(entry))
-        return found
+        return [int(entry) for entry in os.listdir("/proc") if _ns_of(entry) == self._ns]
 
     def kill(self, *, init: bool) -> None:
-        """SIGKILL every process in the namespace but its init, or (`init`) the init, which
-        takes all with it."""
+        """SIGKILL all in the namespace but its init, or (`init`) the init, which takes all."""
         if init and self._unshare.poll() is not None:
             return  # gone already (its pid may be another's by now)
         for pid in [self.init] if init else set(self.pids()) - {self.init}:
@@ -109,38 +108,32 @@ class Namespace:
             self._unshare.wait()
 
 
-def _unavailable(failed: str) -> SandboxError:
-    return SandboxError(
-        "the fake backend runs a sandbox's processes with the host's programs in private mount "
-        "and pid namespaces, which needs root and util-linux's unshare, nsenter and setpriv (in "
-        f"a container, one allowed to mount, e.g. --privileged): {failed}"
-    )
+def _ns_of(pid: str) -> str | None:
+    with contextlib.suppress(OSError):
+        return os.readlink(f"/proc/{pid}/ns/pid") if pid.isdigit() else None
+    return None
 
 
-async def run(argv: Sequence[str], out: Callable[[bytes], None], leader: bool = True) -> int:
+async def run(argv: Sequence[str], out: Callable[[bytes], None]) -> int:
     """Run `argv` (a `Namespace.argv` and its command), its output (both streams, in the order
     written) to `out`; its exit status, 128+N when signal N ended it. Cancelled, it kills
-    the run (`leader` False: its process group) and waits until its output is read."""
+    its process group (not an exec's: that leads a session of its own) and waits until its
+    output is read."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env={}, start_new_session=True,
     )  # fmt: skip
-
-    async def until_done() -> int:
-        assert proc.stdout is not None
+    assert proc.stdout is not None
+    try:
         while chunk := await proc.stdout.read(1 << 16):
             out(chunk)
         status = await proc.wait()
-        return 128 - status if status < 0 else status
-
-    ran = asyncio.ensure_future(until_done())
-    try:
-        return await asyncio.shield(ran)
     except asyncio.CancelledError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        await asyncio.wait({ran})
+        out((await proc.communicate())[0])  # the rest of its output, the process reaped
         raise
+    return 128 - status if status < 0 else status
 
 
 @dataclass
@@ -165,24 +158,7 @@ class ExecCall:
     async def sh(self, command: str) -> int:
         """Run `command` with the real sh in this process's sandbox, folder, user and env."""
         prefix = self.namespace.argv(self.user.uid, self.user.gid, self.workdir, self.env, False)
-        return await run([*prefix, "/bin/sh", "-c", command], self.out, leader=False)
+        return await run([*prefix, "/bin/sh", "-c", command], self.out)
 
 
 Handler = Callable[["FakeSandbox", ExecCall], Awaitable[int | None]]
-
-
-def furnish(root: Path) -> list[str]:
-    """Make the sandbox's folder ready: /dev, /proc and the host's folders to bind
-    (returned), a host's symlink among them (/bin -> usr/bin) made as that symlink."""
-    binds = []
-    for name in HOST_DIRS:
-        host, there = Path(name), root / name[1:]
-        if host.is_symlink() and not (there.is_dir() and not there.is_symlink()):
-            if not there.is_symlink() and not there.exists():
-                there.symlink_to(os.readlink(host))
-        elif host.is_dir():
-            there.mkdir(exist_ok=True)
-            binds.append(name)
-    for mountpoint in ("dev", "proc"):
-        (root / mountpoint).mkdir(exist_ok=True)
-    return binds
