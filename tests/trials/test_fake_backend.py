@@ -1,7 +1,7 @@
 """What only the fake backend promises, which the trial tests here stand on: single-flight
-"builds" and content-hash tags, its refusals, the scripting hooks, trialbox's commands
-answered by kind, the task's text run by a real sh inside the sandbox's folder (and nothing of
-it left once it ends), and the fault wrapper over it. What it shares with Docker is the
+"builds" and content-hash tags, its refusals, the scripting hooks, trialbox's commands and
+the task's text run by a real sh inside the sandbox's folder and namespaces (and nothing of
+them left once the sandbox ends), and the fault wrapper over it. What it shares with Docker is the
 conformance suite's (tests/conformance)."""
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ asyncio.run(main())
 
 
 async def test_a_run_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
-    """No exit handler runs after a SIGKILL: the namespace's watcher ends the run."""
+    """No exit handler runs after a SIGKILL: the init's parent-death signal ends the run."""
     lone = await asyncio.create_subprocess_exec(
         sys.executable, "-c", LONE_RUN, str(tmp_path), cwd=REPO_ROOT,
         stdout=asyncio.subprocess.PIPE,

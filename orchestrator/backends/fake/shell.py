@@ -5,8 +5,8 @@ sandbox's folder, binds /dev, mounts the namespace's /proc, then runs the Docker
 `KEEPALIVE` as PID 1. An exec enters the namespaces (its parent outside, as `docker exec`'s),
 leads a session of its own, `chroot`s into the folder as its uid:gid, in its folder, with its
 environment alone, and runs `sh -c` under Docker's `timeout -k`. Killing the init (the
-sandbox removed, or this process dead: `setpriv --pdeathsig` on `unshare --kill-child`)
-ends every process in it; an exec still running exits 137.
+sandbox removed, or the thread that made it gone, with this process even SIGKILLed: `setpriv
+--pdeathsig` on `unshare --kill-child`) ends every process in it; an exec then exits 137.
 
 A handler (`FakeBackend(agent=, verifier=)`) runs in place of the relay's subject or of
 tests/test.sh, while a stand-in process holds that place (`sandbox.py`), so signals reach a
