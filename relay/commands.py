@@ -1,7 +1,7 @@
 """The relay's in-sandbox commands as values: what each one asks, and how it reads back.
 
-A backend renders a command with `shell()` and runs it under `sh -c` (Docker), or answers it
-by its kind with no shell at all (the fake backend, the relay's own test double). Each
+A backend renders a command with `shell()` and runs it under `sh -c` (Docker, the fake
+backend); the relay's own test double answers it by its kind with no shell at all. Each
 command's rendering, the output a shell prints for it and the reading of that output live
 together here, so a test double is tied to the meaning, never to the wording.
 

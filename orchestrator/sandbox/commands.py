@@ -1,6 +1,6 @@
 """trialbox's own in-sandbox commands as values: each says what it asks, renders itself to
-POSIX sh (`shell()`, what a shell backend such as Docker runs under `sh -c`), and, for a
-backend that answers by kind without a shell (the fake), says what that shell would print.
+POSIX sh (`shell()`, what a backend runs under `sh -c`: Docker and the fake), and, for a test
+double that answers by kind without a shell, says what that shell would print.
 
 The relay's commands (`relay.commands`: the launcher, the leader probe, signals, the group
 check, user ids) are the same kind of value; everything here is the framework's own steps:
@@ -27,6 +27,32 @@ SandboxCommand = str | Command
 def shell_of(command: SandboxCommand) -> str:
     """The sh text of a command: a string is already sh."""
     return command if isinstance(command, str) else command.shell()
+
+
+def bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
+    """The argv that runs `command` under `sh -c`, bounded by `timeout` seconds inside the
+    sandbox (exit 124 on TERM, 137 after the KILL's grace `kill_after`): every backend's."""
+    if timeout is None:
+        return ["sh", "-c", command]
+    return ["timeout", "-k", f"{kill_after:g}", f"{timeout:.3f}", "sh", "-c", command]
+
+
+def timed_out(timeout: float | None, exit_code: int | None, seconds: float) -> bool:
+    """Whether a bounded command's exit was its limit's: 124/137 alone may be the command's
+    own exit code; only one that came as the limit ran out is the timeout's."""
+    return timeout is not None and exit_code in (124, 137) and seconds >= timeout
+
+
+KEEPALIVE_SLEEP = "sleep 2147483647"  # PID 1's child: see KEEPALIVE
+# The command of every sandbox (the image's ENTRYPOINT is kept, as Harbor keeps it; most
+# entrypoints end in `exec "$@"`, so this becomes PID 1). Plain `sh`, so any image with a
+# shell runs: it ignores every signal it can (and the kernel drops SIGKILL sent to PID 1
+# from inside), so an agent, even as root, cannot stop its own sandbox with `kill 1`; and
+# while it waits for its sleep, the shell's wait reaps every child, orphans included, so
+# zombies never hold the pids an agent needs. The engine's SIGKILL (removal) still ends it.
+KEEPALIVE = (
+    f"trap '' HUP INT QUIT PIPE ALRM TERM USR1 USR2; while :; do {KEEPALIVE_SLEEP} & wait $!; done"
+)
 
 
 REWARD_FILES = ("reward.json", "reward.txt")

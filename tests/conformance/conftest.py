@@ -69,11 +69,6 @@ class BackendUnderTest:
             await sandbox.destroy()
 
 
-# The backends whose in-sandbox timeout sends TERM first and KILL a grace later, so a command
-# that ignores TERM ends with 137 (Docker's `timeout -k`). The fake kills at once with 124.
-TERM_FIRST_BACKENDS = [param for param in BACKENDS if param.id != "fake"]
-
-
 async def _under_test(request: pytest.FixtureRequest) -> BackendUnderTest:
     made: Callable[[pytest.FixtureRequest], tuple[Backend, str]] = request.param
     chosen, owner = made(request)
@@ -83,12 +78,6 @@ async def _under_test(request: pytest.FixtureRequest) -> BackendUnderTest:
 
 @pytest.fixture(params=BACKENDS)
 async def backend(request: pytest.FixtureRequest) -> BackendUnderTest:
-    return await _under_test(request)
-
-
-@pytest.fixture(params=TERM_FIRST_BACKENDS)
-async def term_first_backend(request: pytest.FixtureRequest) -> BackendUnderTest:
-    """A backend whose timeout gives the command a grace between TERM and KILL (Docker)."""
     return await _under_test(request)
 
 

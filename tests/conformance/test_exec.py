@@ -1,8 +1,7 @@
 """What an exec does, on every backend: exit codes, in-sandbox timeouts, environment, user,
 folder, merged and capped output, and what the sandbox's real sh does with chaining,
 redirections, permissions, signals and scripts (the fake runs the host's sh in the sandbox's
-folder: `orchestrator/backends/fake/shell.py`). Where they knowingly differ, the test runs on
-the backends that do it (`term_first_backend`: a grace between TERM and KILL at the timeout).
+folder and namespaces: `orchestrator/backends/fake/shell.py`).
 """
 
 from __future__ import annotations
@@ -45,11 +44,10 @@ async def test_a_command_past_its_timeout_exits_124_and_is_timed_out(
 
 
 async def test_a_command_that_ignores_term_is_killed_past_its_timeout_with_137(
-    term_first_backend: BackendUnderTest,
+    backend: BackendUnderTest,
 ) -> None:
-    """`timeout -k`: TERM at the limit is ignored, so KILL ends it the grace later (the fake
-    kills at the limit, whatever the command traps)."""
-    async with term_first_backend.sandbox() as sandbox:
+    """`timeout -k`: TERM at the limit is ignored, so KILL ends it the grace later."""
+    async with backend.sandbox() as sandbox:
         result = await sandbox.exec("trap '' TERM; echo before; sleep 20", timeout_sec=0.3)
 
     kill_after = Limits().exec_kill_after_sec  # the backend runs with the defaults

@@ -20,8 +20,8 @@ import docker.errors
 
 from orchestrator.backends.docker import api as docker_api
 from orchestrator.sandbox import Health
+from orchestrator.sandbox.commands import KEEPALIVE_SLEEP
 
-KEEPALIVE_SLEEP = "sleep 2147483647"  # PID 1's child: see sandbox.KEEPALIVE
 HOST_STOP_ROUNDS = 20  # a fork loop may refill what was freed: kill again, a bounded number
 
 

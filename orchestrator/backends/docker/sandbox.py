@@ -29,7 +29,6 @@ from orchestrator.backends.docker import api as docker_api
 from orchestrator.backends.docker.capabilities import docker_capabilities
 from orchestrator.backends.docker.channel import open_docker_channel
 from orchestrator.backends.docker.inspection import (
-    KEEPALIVE_SLEEP,
     engine_is_local,
     health_blocking,
     pristine_blocking,
@@ -57,7 +56,13 @@ from orchestrator.sandbox import (
     SandboxSpec,
 )
 from orchestrator.sandbox.channel import ShellChannel, kill_command
-from orchestrator.sandbox.commands import SandboxCommand, shell_of
+from orchestrator.sandbox.commands import (
+    KEEPALIVE,
+    SandboxCommand,
+    bounded_command,
+    shell_of,
+    timed_out,
+)
 from orchestrator.sandbox.terminal import kill_session_command
 from orchestrator.tasks.compose import MAIN_SERVICE
 
@@ -70,25 +75,6 @@ def is_slot_folder(path: str) -> bool:
     folder is removed with a container found left over."""
     folder = Path(path)
     return folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith(SLOT_PREFIX)
-
-
-def _bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
-    if timeout is None:
-        return ["sh", "-c", command]
-    # Enforced inside the container (exit 124 on TERM, 137 after the KILL grace); the host's
-    # wait is a little longer, as a backstop only.
-    return ["timeout", "-k", f"{kill_after:g}", f"{timeout:.3f}", "sh", "-c", command]
-
-
-# The command of every sandbox (the image's ENTRYPOINT is kept, as Harbor keeps it; most
-# entrypoints end in `exec "$@"`, so this becomes PID 1). Plain `sh`, so any image with a
-# shell runs: it ignores every signal it can (and the kernel drops SIGKILL sent to PID 1
-# from inside), so an agent, even as root, cannot stop its own sandbox with `kill 1`; and
-# while it waits for its sleep, the shell's wait reaps every child, orphans included, so
-# zombies never hold the pids an agent needs. The engine's SIGKILL (removal) still ends it.
-KEEPALIVE = (
-    f"trap '' HUP INT QUIT PIPE ALRM TERM USR1 USR2; while :; do {KEEPALIVE_SLEEP} & wait $!; done"
-)
 
 
 def _healthcheck_of(config: Mapping[str, object] | None) -> Healthcheck | None:
@@ -294,7 +280,7 @@ class DockerSandbox:
         """Run `sh -c command` (a command value rendered to sh); bounded inside the container
         and, as a backstop, on the host."""
         limits = self.limits
-        argv = _bounded_command(shell_of(command), timeout_sec, limits.exec_kill_after_sec)
+        argv = bounded_command(shell_of(command), timeout_sec, limits.exec_kill_after_sec)
         cap = output_cap or limits.exec_output_cap_bytes
         started = time.monotonic()
         backstop = (
@@ -314,11 +300,7 @@ class DockerSandbox:
             exit_code=exit_code,
             output=output.decode("utf-8", errors="replace"),
             truncated=truncated,
-            # 124/137 alone may be the command's own exit code; only one that came as the
-            # limit ran out is the timeout's.
-            timed_out=timeout_sec is not None
-            and exit_code in (124, 137)
-            and time.monotonic() - started >= timeout_sec,
+            timed_out=timed_out(timeout_sec, exit_code, time.monotonic() - started),
             duration_sec=time.monotonic() - started,
         )
 

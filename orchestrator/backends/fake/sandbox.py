@@ -1,19 +1,13 @@
-"""One fake sandbox: a host folder for its filesystem, a process table (`processes.py`), and
-the `Sandbox` protocol with the Docker sandbox's observable behaviour, where the package's
-docstring does not say otherwise. The framework's commands (`relay.commands`,
-`sandbox.commands`) are answered from what they mean, with the output their own `answer`
-helpers give; the task's own text (a string) runs with the host's real sh (`shell.py`), or
-the backend's handler, and so do the commands that need no process of another exec (a path's
-test, a file's removal, the user's ids: their own sh). An exec or file call on a removed
-sandbox raises `SandboxNotFoundError`; an exec still running when the sandbox is removed
-exits 137.
-"""
+"""One fake sandbox: a host folder for its files, namespaces for its processes (`shell.py`),
+and the `Sandbox` protocol with the Docker sandbox's observable behaviour where the package's
+docstring does not say otherwise. An exec or file call on a removed sandbox raises
+`SandboxNotFoundError`; an exec still running when it is removed exits 137."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
+import os
 import posixpath
 import shlex
 import shutil
@@ -29,32 +23,32 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from container_runtime import paths
 from orchestrator.backends.fake.images import FakeImage
-from orchestrator.backends.fake.processes import ProcessTable
-from orchestrator.backends.fake.shell import ExecCall, Handler, append, run_sh
+from orchestrator.backends.fake.shell import ExecCall, Namespace, append, run
 from orchestrator.common.archive import extract_stream, tar_of_dir, tar_of_files
-from orchestrator.common.errors import SandboxConflictError, SandboxError, SandboxNotFoundError
+from orchestrator.common.errors import SandboxConflictError, SandboxNotFoundError
 from orchestrator.common.offload import run_blocking
 from orchestrator.common.shielding import RunOnce
 from orchestrator.sandbox import ExecResult, Health, Healthcheck, ImageDefaults, SandboxSpec
 from orchestrator.sandbox.commands import (
-    REWARD_FILES,
     VERIFIER_STDOUT,
     CheckRuntime,
-    PathExists,
     PrepareAndVerify,
-    PrepareVerifier,
     RunVerifier,
     SandboxCommand,
+    bounded_command,
+    shell_of,
+    timed_out,
 )
-from relay.commands import GroupAlive, Launch, ProbeLeader, RemoveFile, Signal, UserIds
+from relay.commands import Launch
 
 if TYPE_CHECKING:
     from orchestrator.backends.fake.backend import FakeBackend
 
 # What the engine answers for an exec when the sandbox's pids are all taken.
 NO_PID_LEFT = "OCI runtime exec failed: fork/exec: resource temporarily unavailable\r\n"
-# The framework's folders as the verifier's preparation puts them back: path, mode.
-FRAMEWORK_DIRS = ((paths.LOGS_DIR, 0o755), (paths.AGENT_DIR, 0o777), (paths.ARTIFACTS_DIR, 0o777))
+# A handler's stand-in (`run N`): says it started, then exits with what the handler returned.
+STAND_INS = "/.trialbox-fake"
+STAND_IN = f'echo >{STAND_INS}/$1.start; read -r rc <{STAND_INS}/$1.done; exit "$rc"\n'
 
 
 class User(NamedTuple):
@@ -88,8 +82,7 @@ class FakeSandbox:
     def __init__(self, spec: SandboxSpec, image: FakeImage, backend: FakeBackend) -> None:
         self.spec, self.image, self.backend = spec, image, backend
         self.capabilities = backend.offered
-        # Its filesystem: a host folder, there until this object is dropped (so a test reads
-        # what a finished trial left) or the process ends.
+        # Its files, there until this object is dropped: a test reads what a trial left.
         self.root = Path(tempfile.mkdtemp(prefix="trialbox-fake-"))
         weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
         self.root.chmod(0o755)
@@ -103,7 +96,9 @@ class FakeSandbox:
         # What the engine says of the sandbox; a handler may change it mid-trial, as the
         # kernel or someone outside would (an OOM kill, every pid taken).
         self.engine_health: Health | None = backend.health
-        self.processes = ProcessTable()
+        self._ns = Namespace(self.root)  # its processes', ended with it or when it is dropped
+        self._end = weakref.finalize(self, self._ns.kill, init=True)
+        self._runs = 0
         self.execs: list[SandboxCommand] = []  # every command asked for, in order
         self.adopted = False  # taken from a warm pool
         self._present = True
@@ -154,141 +149,84 @@ class FakeSandbox:
         call = ExecCall(
             self.root, env=self.spec.env | dict(env or {}), user=who,
             workdir=workdir or self.workdir, out=output.extend, err=output.extend,
+            namespace=self._ns,
         )  # fmt: skip
         started = time.monotonic()
-        proc = self.processes.start(
-            partial(self._answer, command, call),
-            leader=isinstance(command, Launch),
-            timeout=timeout_sec,
-        )
-        await asyncio.wait({proc.task})  # a cancelled caller leaves the process running
+        ran = asyncio.ensure_future(self._run(command, call, timeout_sec))
+        await asyncio.wait({ran})  # a cancelled caller leaves the process running
         cap = output_cap or self.backend.limits.exec_output_cap_bytes
         return ExecResult(
-            exit_code=proc.exit_code,
+            exit_code=ran.result(),
             output=bytes(output[:cap]).decode("utf-8", errors="replace"),
             truncated=len(output) > cap,
-            timed_out=proc.timed_out,
+            timed_out=timed_out(timeout_sec, ran.result(), time.monotonic() - started),
             duration_sec=time.monotonic() - started,
         )
 
-    async def _answer(self, command: SandboxCommand, call: ExecCall, pid: int) -> int:
-        """What `command` does, by its kind."""
-        match command:
-            case str():
-                return await run_sh(command, call)
-            case PathExists() | RemoveFile() | UserIds():  # their own sh, as the exec's user
-                return await run_sh(command.shell(), call)
-            case Launch():
-                return await self._launch(command, call, pid)
-            case RunVerifier():
-                return await self._run_verifier(command, call)
-            case PrepareAndVerify():
-                call.print(self._prepare(command.prepare, pid))
-                return await self._at_once(command, call)
-            case PrepareVerifier():
-                call.print(self._prepare(command, pid))
-            case ProbeLeader():
-                return self._probe(command, call)
-            case Signal():
-                if not self.processes.signal(command.pid, command.signal):
-                    call.err(b"sh: 1: kill: No such process\n")
-                    return 1
-            case GroupAlive():
-                call.print(GroupAlive.answer(command.pid in self.processes.pids()))
-            case CheckRuntime():
-                return 127 if self.backend.runtime == "absent" else 0
-            case _:
-                raise SandboxError(f"the fake backend does not know {command!r}")
-        return 0
-
-    async def _run(self, handler: Handler | None, call: ExecCall, text: str) -> int:
-        """The backend's handler for `call`, else `text` run by sh."""
+    async def _run(self, command: SandboxCommand, call: ExecCall, limit: float | None) -> int:
+        """The exec's process. A handler runs in place of the launch's subject (the agent's)
+        or of tests/test.sh (the verifier's), while a stand-in process holds that place: it
+        says it started through one FIFO, the handler starts then, and its exit code goes to
+        the stand-in through another; the handler is cancelled if the exec ends first (a
+        signal, the timeout, the sandbox removed)."""
+        self._runs += 1
+        stand_in, test_sh = f"{STAND_INS}/run {self._runs}", f"{paths.TESTS_DIR}/test.sh"
+        handler, text, out = None, shell_of(command), call.out
+        if isinstance(command, Launch) and self.backend.agent is not None:
+            where, env = command.paths, dict(call.env)
+            if command.has_env and self.path(where.env_file).is_file():
+                pairs = shlex.split(self.path(where.env_file).read_text())
+                env.update(item.partition("=")[::2] for item in pairs)
+            handler, text = self.backend.agent, replace(command, subject=f"sh {stand_in}").shell()
+            call = replace(
+                call, command=command.subject, env=env,
+                out=partial(append, self.path(where.stdout)),
+                err=partial(append, self.path(where.stderr)),
+            )  # fmt: skip
+        elif isinstance(command, RunVerifier | PrepareAndVerify) and self.backend.verifier:
+            sink = partial(append, self.path(VERIFIER_STDOUT))
+            call = replace(call, command=test_sh, out=sink, err=sink)
+            handler, text = self.backend.verifier, command.shell().replace(test_sh, stand_in)
+        elif isinstance(command, CheckRuntime):  # no runtime here: the backend says what it has
+            text = "exit 127" if self.backend.runtime == "absent" else ":"
+        argv = [
+            *self._ns.argv(call.user.uid, call.user.gid, call.workdir, call.env, leader=True),
+            *bounded_command(text, limit, self.backend.limits.exec_kill_after_sec),
+        ]
         if handler is None:
-            return await run_sh(text, call)
-        status = await handler(self, call)
-        return 0 if status is None else status
+            return await run(argv, out)
+        self.path(STAND_INS).mkdir(exist_ok=True)
+        self.path(f"{STAND_INS}/run").write_text(STAND_IN)
+        fifos = [self.path(f"{STAND_INS}/{self._runs}.{end}") for end in ("start", "done")]
+        for fifo in fifos:
+            os.mkfifo(fifo)
+            fifo.chmod(0o666)
+        start, done = (os.open(fifo, os.O_RDWR | os.O_NONBLOCK) for fifo in fifos)
+        loop, began = asyncio.get_running_loop(), asyncio.Event()
+        loop.add_reader(start, began.set)
 
-    async def _launch(self, launch: Launch, call: ExecCall, pid: int) -> int:
-        """The relay's launcher: record the pid, source the credentials, redirect, run."""
-        where = launch.paths
-        self.path(where.state_dir).mkdir(parents=True, exist_ok=True)
-        self.path(where.pid_file).write_bytes(b"%d\n" % pid)
-        env = dict(call.env)
-        if launch.has_env:
-            pairs = shlex.split(self.path(where.env_file).read_text())
-            self.path(where.env_file).unlink()
-            env.update(item.partition("=")[::2] for item in pairs)
-        for path in (where.stdout, where.stderr):
-            self.path(path).write_bytes(b"")
-        child = replace(
-            call, command=launch.subject, env=env,
-            out=partial(append, self.path(where.stdout)),
-            err=partial(append, self.path(where.stderr)),
-        )  # fmt: skip
-        return await self._run(self.backend.agent, child, launch.subject)
+        async def handled() -> None:
+            await began.wait()
+            loop.remove_reader(start)
+            status = None
+            try:
+                status = await handler(self, call)
+            finally:  # a handler that raised: its exec's error, once the stand-in exited
+                os.write(done, b"%d\n" % (status or 0))
 
-    def _probe(self, probe: ProbeLeader, call: ExecCall) -> int:
-        """The leader's pid, as the relay's checked probe prints it: the pid file's, if that
-        is a live leader, else the one live leader; none or two is no answer."""
-        leaders = [proc.pid for proc in self.processes.live() if proc.leader]
-        with contextlib.suppress(OSError, ValueError):
-            guess = int(self.path(probe.paths.pid_file).read_bytes())
-            if guess in leaders:
-                leaders = [guess]
-        if len(leaders) != 1:
-            return 3 if leaders else 1
-        call.print(ProbeLeader.answer(leaders[0]))
-        return 0
-
-    def _prepare(self, prepare: PrepareVerifier, pid: int) -> str:
-        """Every other process killed (when asked), the framework's folders given back their
-        modes, then /logs/verifier and /tests (and /logs/agent, when asked) emptied; as the
-        exec says it (with nothing found to report: the fake does not look for wrong owners
-        or symlinks)."""
-        stopped = None
-        if prepare.stop_leftovers:
-            others = [other for other in self.processes.pids() if other != pid]
-            for other in others:
-                self.processes.signal(other, "KILL")
-            stopped = len(others)
-        emptied = [paths.VERIFIER_DIR, paths.TESTS_DIR, *prepare.remove]
-        for path in emptied + ([paths.AGENT_DIR] if prepare.empty_agent else []):
-            shutil.rmtree(self.path(path), ignore_errors=True)  # `rm -rf`, a file or a folder
-            self.path(path).unlink(missing_ok=True)
-        for path, mode in (*FRAMEWORK_DIRS, (paths.VERIFIER_DIR, 0o755)):
-            self.path(path).mkdir(parents=True, exist_ok=True)
-            self.path(path).chmod(mode)
-        return PrepareVerifier.answer([], stopped)
-
-    async def _at_once(self, command: PrepareAndVerify, call: ExecCall) -> int:
-        """The staged tests (and conversation) moved into place, then the run."""
-        trajectory = self.path(f"{paths.AGENT_DIR}/trajectory.json")
-        handed_over = command.hand_over and not trajectory.exists() and not trajectory.is_symlink()
-        self.path(command.staged).rename(self.path(paths.TESTS_DIR))
-        if handed_over:
-            self.path(command.conversation).rename(trajectory)
-        self.path(command.conversation).unlink(missing_ok=True)
-        call.print(command.answer("", handed_over, ""))
+        work, ran = asyncio.ensure_future(handled()), asyncio.ensure_future(run(argv, out))
         try:
-            return await asyncio.wait_for(self._run_verifier(command.run, call), command.limit[0])
-        except TimeoutError:
-            return 124  # as `timeout` exits
-
-    async def _run_verifier(self, run: RunVerifier, call: ExecCall) -> int:
-        """tests/test.sh (the backend's handler, else its text) with its output to
-        test-stdout.txt, then the reward files as the run's snapshot prints them."""
-        script = f"{paths.TESTS_DIR}/test.sh"
-        self.path(VERIFIER_STDOUT).write_bytes(b"")
-        sink = partial(append, self.path(VERIFIER_STDOUT))
-        child = replace(call, command=script, out=sink, err=sink)
-        status = await self._run(self.backend.verifier, child, f"sh {script}")
-        snapshot: dict[str, bytes | None] = {}
-        for name in REWARD_FILES:
-            reward = self.path(f"{paths.VERIFIER_DIR}/{name}")
-            if reward.is_symlink() or reward.exists():
-                snapshot[name] = reward.read_bytes() if reward.is_file() else None
-        call.print(run.answer(snapshot))
-        return status
+            await asyncio.wait({ran})
+            work.cancel()
+            await asyncio.wait({work})
+            if not work.cancelled() and (error := work.exception()) is not None:
+                raise error
+            return ran.result()
+        finally:
+            loop.remove_reader(start)
+            for fd, fifo in zip((start, done), fifos, strict=True):
+                os.close(fd)
+                fifo.unlink(missing_ok=True)
 
     # -- files --------------------------------------------------------------------------------
 
@@ -345,10 +283,8 @@ class FakeSandbox:
             return scripted.model_copy(update={"pids_current": None, "pids_limit": None})
         if not self._present:
             return Health(exists=False, running=False, stopped_outside=True)
-        if not pids:
-            return Health()
-        count = len(self.processes.pids()) + 1
-        return Health(pids_current=count, pids_limit=self.spec.pids_limit)
+        count = len(self._ns.pids()) if pids else None
+        return Health(pids_current=count, pids_limit=self.spec.pids_limit if pids else None)
 
     async def pids_exhausted(self) -> bool:
         """The pid count as Docker's host-side reading gives it."""
@@ -360,7 +296,7 @@ class FakeSandbox:
         scripted = self.engine_health
         if scripted is None or not await self.pids_exhausted():
             return False
-        self.processes.end_all()
+        self._ns.kill(init=False)
         self.engine_health = scripted.model_copy(update={"pids_current": 1})
         return True
 
@@ -387,7 +323,7 @@ class FakeSandbox:
         """Gone at once, processes and all (a forced removal, as reaping does)."""
         if self._present:
             self._present = False
-            self.processes.end_all()
+            self._end()
 
     async def destroy(self) -> None:
         """Remove the sandbox. Runs once, whatever cancels the caller meanwhile."""

@@ -1,25 +1,18 @@
-"""The task's own text in a fake sandbox, run by the host's real `/bin/sh`: what a test writes
-as its test.sh, solve.sh or `command:` agent, and a handler's `call.sh(...)`.
+"""A fake sandbox's processes: one mount and pid namespace per sandbox, which every exec
+joins, as a container's. Its init (`INIT`) binds the host's /usr, /etc and program folders
+(a host's /bin -> usr/bin is copied as that symlink) read-only onto the same paths in the
+sandbox's folder, binds /dev, mounts the namespace's /proc, then runs the Docker backend's
+`KEEPALIVE` as PID 1. An exec enters the namespaces (its parent outside, as `docker exec`'s),
+leads a session of its own, `chroot`s into the folder as its uid:gid, in its folder, with its
+environment alone, and runs `sh -c` under Docker's `timeout -k`. Killing the init (the
+sandbox removed, or the thread that made it gone, with this process even SIGKILLed: `setpriv
+--pdeathsig` on `unshare --kill-child`) ends every process in it; an exec then exits 137.
 
-Each run gets a private mount and pid namespace of its own (util-linux's `unshare`, which
-needs root): there the host's /usr, /etc and program folders (a host's /bin -> usr/bin is
-copied as that symlink) are bound read-only onto the same paths in the sandbox's host folder,
-/dev bound and a /proc of the run's own mounted, then `chroot` makes that folder `/`, as the
-exec's uid:gid, in its folder, with its environment alone. So an absolute path the text
-writes lands in the sandbox's folder, never on the host, and the mounts vanish with the
-namespace. The run is the exec's process: cancelling it (a signal, the timeout, the sandbox
-removed: `processes.py`) SIGKILLs its process group, and the namespace's init with it takes
-every process the text started, background children too; so does this process's death (the
-init's watcher, `SETUP`). A run costs some 10 ms. Each exec is a pid namespace of its own,
-so the text sees no process of another exec (trialbox's relay commands, which do, are
-answered by kind: `sandbox.py`).
-
-A test that needs a scripted agent or verifier gives the backend a handler: `agent` runs in
-place of the relay's subject (after the launch recorded the pid, sourced the credentials and
-sent output to /logs/agent), `verifier` in place of tests/test.sh (its output to
-/logs/verifier/test-stdout.txt). It gets the sandbox and an `ExecCall`, may read and write
-its files (`sandbox.path(...)`, a host path), run sh (`await call.sh(...)`), print, sleep or
-wait, and returns an exit code (None is 0).
+A handler (`FakeBackend(agent=, verifier=)`) runs in place of the relay's subject or of
+tests/test.sh, while a stand-in process holds that place (`sandbox.py`), so signals reach a
+real pid. It gets the sandbox and an `ExecCall`, may use the sandbox's files
+(`sandbox.path(...)`, a host path), run sh (`await call.sh(...)`), print, sleep or wait, and
+returns an exit code (None is 0).
 """
 
 from __future__ import annotations
@@ -28,42 +21,119 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Awaitable, Callable
+import subprocess
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from subprocess import DEVNULL, PIPE, STDOUT
 from typing import TYPE_CHECKING
 
 from orchestrator.common.errors import SandboxError
+from orchestrator.sandbox.commands import KEEPALIVE
 
 if TYPE_CHECKING:
     from orchestrator.backends.fake.sandbox import FakeSandbox, User
 
-# The host's folders a run sees in the sandbox, read-only (those the host has).
-HOST_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc")
-NAMESPACES = ("/usr/bin/unshare", "--mount", "--pid", "--fork", "--kill-child")
-# The namespaces' init, in an empty environment. Its stdin is a pipe this process never
-# writes: at its end (this process died, even SIGKILLed) a watcher kills all in the
-# namespace. Then the binds ($5: host folders), /dev and /proc, and the text in the chroot
-# with the exec's environment ($6...: NAME=VALUE), as a child (not exec'd: as PID 1 it
-# would ignore every signal it has no handler for).
-SETUP = r"""
-root=$1 user=$2 dir=$3 text=$4 binds=$5
-shift 5
-exec 3<&0
-(read -r _ <&3; kill -KILL -1) &
-for bind in $binds; do /usr/bin/mount --bind -o ro "$bind" "$root$bind" || exit 125; done
-/usr/bin/mount --rbind /dev "$root/dev" && /usr/bin/mount -t proc proc "$root/proc" || exit 125
-/usr/sbin/chroot --userspec="$user" "$root" /usr/bin/env -i -C "$dir" -- "$@" /bin/sh -c "$text" \
-    </dev/null 3<&-
+UNAVAILABLE = (
+    "the fake backend runs a sandbox's processes with the host's programs in private mount and "
+    "pid namespaces, which needs root and util-linux's unshare, nsenter and setpriv (in a "
+    "container, one allowed to mount, e.g. --privileged): "
+)
+NAMESPACES = ("/usr/bin/setpriv", "--pdeathsig", "KILL", "/usr/bin/unshare", "--mount", "--pid")
+# The init: prints its host pid (from the host's /proc, before the namespace's is mounted).
+INIT = r"""
+root=$1
+read -r pid _ </proc/self/stat
+for d in /usr /bin /sbin /lib /lib64 /etc; do
+  if [ -L $d ] && { [ -L "$root$d" ] || [ ! -d "$root$d" ]; }; then
+    [ -e "$root$d" ] || [ -L "$root$d" ] || ln -s "$(readlink $d)" "$root$d"
+  elif [ -d $d ]; then mkdir -p "$root$d" && mount --bind -o ro $d "$root$d" || exit 125; fi
+done
+mkdir -p "$root/dev" "$root/proc" && mount --rbind /dev "$root/dev" || exit 125
+mount -t proc proc "$root/proc" || exit 125
+echo "$pid"
+exec sh -c "$KEEPALIVE" </dev/null >/dev/null 2>&1
 """
-_host_checked = False
 
 
 def append(path: Path, data: bytes) -> None:
     """Add `data` to the end of a file."""
     with path.open("ab") as file:
         file.write(data)
+
+
+class Namespace:
+    """A sandbox's namespaces, started with it; `kill(init=True)` ends them and all in them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        try:
+            self._unshare = subprocess.Popen(
+                [*NAMESPACES, "--fork", "--kill-child", "/bin/sh", "-c", INIT, "init", str(root)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env={"KEEPALIVE": KEEPALIVE, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                start_new_session=True,
+            )  # fmt: skip
+            line = self._unshare.stdout.readline()  # type: ignore[union-attr]
+        except OSError as exc:
+            raise SandboxError(UNAVAILABLE + str(exc)) from exc
+        if not line.strip().isdigit():  # what went wrong instead
+            said = (line + self._unshare.communicate()[0]).decode(errors="replace").strip()
+            raise SandboxError(UNAVAILABLE + (said or f"exit {self._unshare.returncode}"))
+        self._unshare.stdout.close()  # type: ignore[union-attr]
+        self.init = int(line)
+        self._ns = os.readlink(f"/proc/{self.init}/ns/pid")
+
+    def argv(self, uid: int, gid: int, workdir: str, env: dict[str, str], leader: bool) -> list:
+        """The prefix of an exec's argv: into the namespaces (a session of its own when
+        `leader`), the chroot as uid:gid, the folder and the environment."""
+        return [
+            "/usr/bin/nsenter", "-t", str(self.init), "-m", "-p", "--",
+            *(["/usr/bin/setsid"] if leader else []),
+            "/usr/sbin/chroot", f"--userspec={uid}:{gid}", str(self.root),
+            "/usr/bin/env", "-i", "-C", workdir, "--", *(f"{k}={v}" for k, v in env.items()),
+        ]  # fmt: skip
+
+    def pids(self) -> list[int]:
+        """The host pids of the namespace's processes, its init's among them."""
+        return [int(entry) for entry in os.listdir("/proc") if _ns_of(entry) == self._ns]
+
+    def kill(self, *, init: bool) -> None:
+        """SIGKILL all in the namespace but its init, or (`init`) the init, which takes all."""
+        if init and self._unshare.poll() is not None:
+            return  # gone already (its pid may be another's by now)
+        for pid in [self.init] if init else set(self.pids()) - {self.init}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if init:
+            self._unshare.wait()
+
+
+def _ns_of(pid: str) -> str | None:
+    with contextlib.suppress(OSError):
+        return os.readlink(f"/proc/{pid}/ns/pid") if pid.isdigit() else None
+    return None
+
+
+async def run(argv: Sequence[str], out: Callable[[bytes], None]) -> int:
+    """Run `argv` (a `Namespace.argv` and its command), its output (both streams, in the order
+    written) to `out`; its exit status, 128+N when signal N ended it. Cancelled, it kills
+    its process group (not an exec's: that leads a session of its own) and waits until its
+    output is read."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={}, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        while chunk := await proc.stdout.read(1 << 16):
+            out(chunk)
+        status = await proc.wait()
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out((await proc.communicate())[0])  # the rest of its output, the process reaped
+        raise
+    return 128 - status if status < 0 else status
 
 
 @dataclass
@@ -78,6 +148,7 @@ class ExecCall:
     user: User
     out: Callable[[bytes], None]
     err: Callable[[bytes], None]
+    namespace: Namespace
     command: str = ""
 
     def print(self, text: str) -> None:
@@ -86,87 +157,8 @@ class ExecCall:
 
     async def sh(self, command: str) -> int:
         """Run `command` with the real sh in this process's sandbox, folder, user and env."""
-        return await run_sh(command, self)
+        prefix = self.namespace.argv(self.user.uid, self.user.gid, self.workdir, self.env, False)
+        return await run([*prefix, "/bin/sh", "-c", command], self.out)
 
 
 Handler = Callable[["FakeSandbox", ExecCall], Awaitable[int | None]]
-
-
-async def run_sh(text: str, call: ExecCall) -> int:
-    """`sh -c text` in the sandbox; its exit status. Cancelled, it kills the run and waits
-    until its output is read to the end and the process reaped."""
-    await _check_host()
-    together = call.out == call.err
-    proc = await asyncio.create_subprocess_exec(
-        *NAMESPACES, "/bin/sh", "-c", SETUP, "setup", str(call.root),
-        f"{call.user.uid}:{call.user.gid}", call.workdir, text, " ".join(furnish(call.root)),
-        *(f"{name}={value}" for name, value in call.env.items()),
-        stdin=PIPE, stdout=PIPE, stderr=STDOUT if together else PIPE, env={},
-        start_new_session=True,
-    )  # fmt: skip
-    ran = asyncio.ensure_future(_until_done(proc, call))
-    try:
-        return await asyncio.shield(ran)
-    except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # its namespace's init, so all in it
-        await asyncio.wait({ran})  # the output to its end, the process reaped
-        raise
-
-
-async def _until_done(proc: asyncio.subprocess.Process, call: ExecCall) -> int:
-    """The output read to its end (into the call's sinks), then the exit status."""
-    assert proc.stdout is not None
-    pumps = [_pump(proc.stdout, call.out)]
-    if proc.stderr is not None:
-        pumps.append(_pump(proc.stderr, call.err))
-    await asyncio.gather(*pumps)
-    status = await proc.wait()
-    assert proc.stdin is not None
-    proc.stdin.close()
-    return 128 - status if status < 0 else status  # killed from outside: as a shell says it
-
-
-async def _pump(stream: asyncio.StreamReader, sink: Callable[[bytes], None]) -> None:
-    while chunk := await stream.read(1 << 16):
-        sink(chunk)
-
-
-def furnish(root: Path) -> list[str]:
-    """Make the sandbox's folder ready for a run: /dev, /proc and the host's folders to bind
-    (returned), a host's symlink among them (/bin -> usr/bin) made as that symlink."""
-    binds = []
-    for name in HOST_DIRS:
-        host, there = Path(name), root / name[1:]
-        if host.is_symlink() and not (there.is_dir() and not there.is_symlink()):
-            if not there.is_symlink() and not there.exists():
-                there.symlink_to(os.readlink(host))
-        elif host.is_dir():
-            there.mkdir(exist_ok=True)
-            binds.append(name)
-    for mountpoint in ("dev", "proc"):
-        (root / mountpoint).mkdir(exist_ok=True)
-    return binds
-
-
-async def _check_host() -> None:
-    """Once per process: can this host make the namespaces? If not, say what is needed."""
-    global _host_checked
-    if _host_checked:
-        return
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *NAMESPACES, "/bin/true", stdin=DEVNULL, stdout=DEVNULL, stderr=PIPE
-        )
-        _, said = await proc.communicate()
-    except OSError as exc:
-        failed = str(exc)
-    else:
-        failed = "" if proc.returncode == 0 else said.decode(errors="replace").strip() or "failed"
-    if failed:
-        raise SandboxError(
-            "the fake backend runs the task's text with the host's /bin/sh in private mount and "
-            "pid namespaces, which needs root and util-linux's unshare (/usr/bin/unshare; in a "
-            f"container, one allowed to mount, e.g. --privileged): {failed}"
-        )
-    _host_checked = True
