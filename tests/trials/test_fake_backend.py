@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -168,6 +169,7 @@ async def test_a_run_dies_with_the_process_that_started_it(tmp_path: Path) -> No
     lone = await asyncio.create_subprocess_exec(
         sys.executable, "-c", LONE_RUN, str(tmp_path), cwd=REPO_ROOT,
         stdout=asyncio.subprocess.PIPE,
+        env=os.environ | {"TMPDIR": str(tmp_path)},  # the sandbox's folder: no exit removes it
     )  # fmt: skip
     assert lone.stdout is not None
     assert await lone.stdout.readline() == b"up\n"
