@@ -138,19 +138,14 @@ class FakeBackend(Backend):
     async def find_leftovers(
         self, *, owner: str | None = None, job: str | None = None
     ) -> list[Leftover]:
-        return [
-            Leftover(
-                name=spec.name,
-                trial=spec.trial_id,
-                job=spec.job_id,
-                owner=spec.owner,
-                state="running",
-                jobs_dir=spec.jobs_dir,
-                creator=spec.creator,
-            )
-            for spec in (sandbox.spec for sandbox in self.present())
-            if (owner is None or spec.owner == owner) and (job is None or spec.job_id == job)
-        ]
+        found = []
+        for spec in (sandbox.spec for sandbox in self.present()):
+            if (owner is None or spec.owner == owner) and (job is None or spec.job_id == job):
+                found.append(Leftover(
+                    name=spec.name, trial=spec.trial_id, job=spec.job_id, owner=spec.owner,
+                    state="running", jobs_dir=spec.jobs_dir, creator=spec.creator,
+                ))  # fmt: skip
+        return found
 
     async def remove_leftovers(self, leftovers: list[Leftover]) -> int:
         names = {leftover.name for leftover in leftovers}

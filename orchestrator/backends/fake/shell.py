@@ -73,17 +73,21 @@ class Namespace:
                 env={"KEEPALIVE": KEEPALIVE, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                 start_new_session=True,
             )  # fmt: skip
-            line = self._unshare.stdout.readline()  # type: ignore[union-attr]
         except OSError as exc:
             raise SandboxError(UNAVAILABLE + str(exc)) from exc
+        said = self._unshare.stdout
+        assert said is not None  # a pipe, asked for above
+        line = said.readline()
         if not line.strip().isdigit():  # what went wrong instead
-            said = (line + self._unshare.communicate()[0]).decode(errors="replace").strip()
-            raise SandboxError(UNAVAILABLE + (said or f"exit {self._unshare.returncode}"))
-        self._unshare.stdout.close()  # type: ignore[union-attr]
+            told = (line + self._unshare.communicate()[0]).decode(errors="replace").strip()
+            raise SandboxError(UNAVAILABLE + (told or f"exit {self._unshare.returncode}"))
+        said.close()
         self.init = int(line)
         self._ns = os.readlink(f"/proc/{self.init}/ns/pid")
 
-    def argv(self, uid: int, gid: int, workdir: str, env: dict[str, str], leader: bool) -> list:
+    def argv(
+        self, uid: int, gid: int, workdir: str, env: dict[str, str], leader: bool
+    ) -> list[str]:
         """The prefix of an exec's argv: into the namespaces (a session of its own when
         `leader`), the chroot as uid:gid, the folder and the environment."""
         return [
