@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 import uuid
@@ -29,13 +30,15 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
+from docker.models.containers import Container
 
 from orchestrator import TrialConfig, load_task
 from orchestrator.backends import build_backend
 from orchestrator.backends.docker.backend import DockerBackend
-from orchestrator.backends.docker.sandbox import DockerSandbox
+from orchestrator.backends.docker.sandbox import DockerSandbox, is_slot_folder
 from orchestrator.common.ids import new_id
 from orchestrator.sandbox import SandboxSpec
+from orchestrator.sandbox.spec import SLOT_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
@@ -269,10 +272,7 @@ def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
     leftovers = our_containers(docker_client)
     names = [c.name for c in leftovers]
     for container in leftovers:
-        try:
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            pass
+        remove_trial_container(container)
     assert not names, f"trial containers were left behind (now removed): {names}"
 
 
@@ -291,6 +291,18 @@ async def ensure_task_image(config: TrialConfig, task: Path) -> str:
     backend = build_backend(config.backend, config.limits)
     built = await backend.ensure_image(load_task(task), config.base_image_map)
     return built.tag
+
+
+def remove_trial_container(container: Container) -> None:
+    """Remove a trial's container as `trialbox reap` does: with its slot folder on this host
+    (`SandboxSpec.slot_mount`), which a removal straight through the engine leaves."""
+    mounts = container.attrs.get("Mounts") or []
+    slots = [m.get("Source", "") for m in mounts if m.get("Destination") == SLOT_DIR]
+    with contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True, v=True)
+    for source in slots:
+        if is_slot_folder(source):
+            shutil.rmtree(source, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager

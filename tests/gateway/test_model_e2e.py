@@ -39,7 +39,7 @@ from orchestrator import (
 from orchestrator.sandbox import sandbox_name
 from orchestrator.service.server import create_app
 from orchestrator.trials.model_link import ModelLink
-from tests.conftest import BASE_IMAGE, EXAMPLES, OFFICIAL_IMAGE, REPO_ROOT
+from tests.conftest import BASE_IMAGE, EXAMPLES, OFFICIAL_IMAGE, REPO_ROOT, remove_trial_container
 from tests.support.standin import Reply, StandIn, StandInThread, shell_solver
 
 pytestmark = pytest.mark.docker
@@ -163,7 +163,7 @@ async def test_the_sandbox_never_sees_the_upstream_key(
     try:
         inspected = docker_client.containers.get(name).attrs
     finally:
-        docker_client.containers.get(name).remove(force=True)
+        remove_trial_container(docker_client.containers.get(name))
     assert result.error is None, result.error
     (token,) = tokens
     assert token != UPSTREAM_KEY and token.startswith("tb-")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import docker
 
-from tests.conftest import BASE_IMAGE, REPO_ROOT
+from tests.conftest import BASE_IMAGE, REPO_ROOT, remove_trial_container
 from tests.jobs.helpers import make_tasks
 from tests.jobs.test_kill_and_resume import gone, trialbox, wait_for_a_result
 
@@ -69,4 +69,4 @@ def test_resume_removes_what_a_killed_job_left_on_the_engine_and_finishes_it(
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(timeout=10)
         for name in ours(docker_ready, job_id):
-            docker_ready.containers.get(name).remove(force=True)
+            remove_trial_container(docker_ready.containers.get(name))

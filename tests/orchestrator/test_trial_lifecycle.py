@@ -15,6 +15,7 @@ import pytest
 from orchestrator import TrialConfig, TrialResult, run_trial
 from orchestrator.backends.docker.sandbox import KEEPALIVE
 from orchestrator.sandbox import sandbox_name
+from tests.conftest import remove_trial_container
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELLO = REPO_ROOT / "examples" / "hello-oracle"
@@ -65,7 +66,9 @@ async def test_kept_container_carries_labels_and_limits(
         assert "no-new-privileges" in host["SecurityOpt"]
         assert container.status == "running"
     finally:
-        docker_ready.containers.get(sandbox_name(result.trial_id, result.job_id)).remove(force=True)
+        remove_trial_container(
+            docker_ready.containers.get(sandbox_name(result.trial_id, result.job_id))
+        )
     assert result.reward == 1.0
 
 

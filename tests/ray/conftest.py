@@ -26,7 +26,13 @@ import pytest
 from orchestrator import TrialConfig
 from orchestrator.executors.node_trial import SCRATCH_ENV, close_node_gateway
 from orchestrator.sandbox.backend_config import RayBackendConfig
-from tests.conftest import BASE_IMAGE, BASE_IMAGE_MAP, TEST_OWNER, our_containers
+from tests.conftest import (
+    BASE_IMAGE,
+    BASE_IMAGE_MAP,
+    TEST_OWNER,
+    our_containers,
+    remove_trial_container,
+)
 from tests.ray.second_dockerd import SecondDockerd
 
 # Ray's own switch to the loopback address (read when Ray is imported): the cluster, the
@@ -198,5 +204,5 @@ def nothing_left_on_the_second_engine(request: pytest.FixtureRequest) -> Iterato
     yield
     left = our_containers(client)
     for container in left:
-        container.remove(force=True, v=True)
+        remove_trial_container(container)
     assert not left, f"trial containers were left on the second engine: {[c.name for c in left]}"

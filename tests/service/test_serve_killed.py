@@ -20,7 +20,7 @@ import docker
 import httpx
 
 from orchestrator.common.ids import trial_id_for
-from tests.conftest import BASE_IMAGE, REPO_ROOT, TEST_OWNER
+from tests.conftest import BASE_IMAGE, REPO_ROOT, TEST_OWNER, remove_trial_container
 from tests.faults.helpers import JOB_LINE
 from tests.jobs.helpers import make_tasks
 from tests.service.test_service_promises import free_port
@@ -141,4 +141,4 @@ def test_a_server_removes_what_its_sigkilled_predecessor_left_and_nothing_else(
     finally:
         for rollout_id in (killed, live, killed_elsewhere):
             for container in containers_of(docker_ready, rollout_id):
-                container.remove(force=True, v=True)
+                remove_trial_container(container)

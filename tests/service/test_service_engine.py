@@ -26,6 +26,7 @@ from orchestrator import TrialConfig
 from orchestrator.service.abort import abort
 from orchestrator.service.engine import TrialEngine
 from orchestrator.service.rollouts import EngineClosed, RolloutRequest, RolloutStatus
+from tests.conftest import remove_trial_container
 from tests.service.conftest import (
     HELD,
     LONG,
@@ -365,5 +366,5 @@ async def test_a_cancel_while_the_container_is_being_created_leaves_no_container
     assert len(container_watch.created()) == 1  # the window was hit: a container was made
     leaked = our_container_names(docker_client, config)
     for name in leaked:  # removed here, so the autouse leak check reports only this test
-        docker_client.containers.get(name).remove(force=True)
+        remove_trial_container(docker_client.containers.get(name))
     assert leaked == []
