@@ -35,10 +35,10 @@ from docker.models.containers import Container
 from orchestrator import TrialConfig, load_task
 from orchestrator.backends import build_backend
 from orchestrator.backends.docker.backend import DockerBackend
-from orchestrator.backends.docker.sandbox import DockerSandbox, is_slot_folder
+from orchestrator.backends.docker.leftovers import slot_folder_of
+from orchestrator.backends.docker.sandbox import DockerSandbox
 from orchestrator.common.ids import new_id
 from orchestrator.sandbox import SandboxSpec
-from orchestrator.sandbox.spec import SLOT_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
@@ -296,13 +296,11 @@ async def ensure_task_image(config: TrialConfig, task: Path) -> str:
 def remove_trial_container(container: Container) -> None:
     """Remove a trial's container as `trialbox reap` does: with its slot folder on this host
     (`SandboxSpec.slot_mount`), which a removal straight through the engine leaves."""
-    mounts = container.attrs.get("Mounts") or []
-    slots = [m.get("Source", "") for m in mounts if m.get("Destination") == SLOT_DIR]
+    slot = slot_folder_of(container.attrs.get("Mounts") or [])
     with contextlib.suppress(docker.errors.NotFound):
         container.remove(force=True, v=True)
-    for source in slots:
-        if is_slot_folder(source):
-            shutil.rmtree(source, ignore_errors=True)
+    if slot is not None:
+        shutil.rmtree(slot, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager

@@ -29,12 +29,17 @@ def shell_of(command: SandboxCommand) -> str:
     return command if isinstance(command, str) else command.shell()
 
 
+def timeout_argv(timeout: float, kill_after: float) -> list[str]:
+    """`timeout` bounding what follows it by `timeout` seconds (exit 124 on TERM, 137 after
+    the KILL's grace `kill_after`)."""
+    return ["timeout", "-k", f"{kill_after:g}", f"{timeout:.3f}"]
+
+
 def bounded_command(command: str, timeout: float | None, kill_after: float) -> list[str]:
     """The argv that runs `command` under `sh -c`, bounded by `timeout` seconds inside the
-    sandbox (exit 124 on TERM, 137 after the KILL's grace `kill_after`): every backend's."""
-    if timeout is None:
-        return ["sh", "-c", command]
-    return ["timeout", "-k", f"{kill_after:g}", f"{timeout:.3f}", "sh", "-c", command]
+    sandbox (`timeout_argv`): every backend's."""
+    bound = [] if timeout is None else timeout_argv(timeout, kill_after)
+    return [*bound, "sh", "-c", command]
 
 
 def timed_out(timeout: float | None, exit_code: int | None, seconds: float) -> bool:
@@ -201,7 +206,7 @@ class RunVerifier:
     def test_sh(limit: tuple[float, float] | None = None) -> str:
         """The line that runs tests/test.sh and keeps its exit in `rc`; under `timeout` when
         `limit` (seconds and the KILL's grace) is given."""
-        bounded = "" if limit is None else f"timeout -k {limit[1]:g} {limit[0]:.3f} "
+        bounded = "" if limit is None else " ".join(timeout_argv(*limit)) + " "
         return (
             f"{bounded}$(command -v bash || echo sh) {paths.TESTS_DIR}/test.sh "
             f">{VERIFIER_STDOUT} 2>&1 </dev/null\nrc=$?"

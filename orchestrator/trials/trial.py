@@ -536,7 +536,7 @@ class Trial:
         self, sandbox: Sandbox, staged: Materialized, *, setup: VerifierSetup | None = None
     ) -> None:
         """The verify phase: the framework's folders put back, `tests/` (with the label)
-        uploaded only now, tests/test.sh run in this sandbox: in one exec where it can
+        put in only now, tests/test.sh run in this sandbox: in one exec where it can
         (`verifier.verify_at_once`), else step by step. `setup`: a multi-step task's step's
         (else the task's)."""
         self.result.status = "grading"
@@ -563,7 +563,7 @@ class Trial:
         )  # fmt: skip
         if egress_env:
             setup = dataclasses.replace(setup, env={**setup.env, **egress_env})
-        if fits_one_exec(setup):  # the usual verifier: one upload and one exec
+        if fits_one_exec(setup):  # the usual verifier: tests/ staged, then one exec
             staging = Staging.for_sandbox(sandbox)
             done = await verify_at_once(
                 sandbox, staged.tests_dir, setup, self.limits, memory_mb=self.context.memory_mb,

@@ -48,6 +48,7 @@ from orchestrator.sandbox.commands import (
     PrepareAndVerify,
     PrepareVerifier,
     RunVerifier,
+    timed_out,
 )
 from orchestrator.sandbox.protocol import SlotSandbox
 from orchestrator.sandbox.spec import SLOT_DIR
@@ -269,8 +270,8 @@ class Staging:
 
     def clear(self) -> None:
         """The slot folder's copies gone (the exec copied them): best effort."""
-        if self.host is not None:
-            shutil.rmtree(self.host.parent, ignore_errors=True)
+        assert self.host is not None
+        shutil.rmtree(self.host.parent, ignore_errors=True)
 
 
 async def verify_at_once(
@@ -283,8 +284,8 @@ async def verify_at_once(
     staging: Staging,
     trajectory: bytes | None = None,
 ) -> VerifiedAtOnce | None:
-    """`prepare_verifier`, the upload and `verify` as one root exec after tests/ was staged
-    (`staging`; only where `fits_one_exec`); `trajectory`: the conversation to hand over.
+    """`prepare_verifier`, the copy of tests/ and `verify` as one root exec after tests/ was
+    staged (`staging`; only where `fits_one_exec`); `trajectory`: the conversation to hand over.
     None when the prepare part did not finish (every pid taken, a folder it could not fix):
     go step by step then, removing `staging.leftovers`. Raises as `verify` does."""
     mark = f"trialbox-reward-{token_hex(8)}"
@@ -315,11 +316,13 @@ async def verify_at_once(
             raise
         raise cause from exc
     finally:
-        await run_blocking(staging.clear)
+        if staging.host is not None:
+            await run_blocking(staging.clear)
     before, prepared, after = outcome.output.partition(f"{mark} {command.PREPARED}\n")
     if not prepared:
         return None
-    limited = outcome.exit_code in (124, 137) and outcome.duration_sec >= setup.timeout_sec
+    # The exec's own limit is longer (the prepare's time too): test.sh's is its inner one.
+    limited = timed_out(setup.timeout_sec, outcome.exit_code, outcome.duration_sec)
     verified = _how_it_ended(outcome, after, mark, setup, timed_out=outcome.timed_out or limited)
     return VerifiedAtOnce(
         notes=_findings(before),

@@ -40,7 +40,7 @@ async def find_leftovers(*, owner: str | None = None, job: str | None = None) ->
     leftovers = []
     for c in found:
         name = (c.get("Names") or ["?"])[0].lstrip("/")
-        slot = _slot_folder(c.get("Mounts") or [])
+        slot = slot_folder_of(c.get("Mounts") or [])
         leftovers.append(_leftover(name, c["Labels"], c.get("State", ""), slot_folder=slot))
     networks = await docker_api.call("list trial networks", api.networks, filters={"label": labels})
     # Their state column says what they are, in `trialbox reap`'s table.
@@ -70,7 +70,7 @@ def _leftover(
     )  # fmt: skip
 
 
-def _slot_folder(mounts: list[dict[str, Any]]) -> str | None:
+def slot_folder_of(mounts: list[dict[str, Any]]) -> str | None:
     """The container's slot folder on a local engine's host (a bind mount at `SLOT_DIR`)."""
     for mount in mounts:
         source = mount.get("Source") or ""
